@@ -1,0 +1,53 @@
+"""torch-ragged: JAX-style functional ragged arrays on PyTorch.
+
+A :class:`RaggedArray` is flat ``values`` plus an immutable :class:`Partition` of offsets, with
+optional axis names. It is a pytree (``torch.func`` and ``torch.compile`` accept it), and every
+op is a pure function whose reference semantics is the same op applied to each segment.
+
+>>> import ragged, torch
+>>> x = ragged.from_lengths(torch.arange(6.0), [3, 0, 3])
+>>> x.to_padded()
+tensor([[0., 1., 2.],
+        [0., 0., 0.],
+        [3., 4., 5.]])
+"""
+
+from . import _pytree, _serialization
+from ._array import RaggedArray as RaggedArray
+from ._convert import to_list as to_list
+from ._convert import to_mask as to_mask
+from ._convert import to_nested as to_nested
+from ._convert import to_padded as to_padded
+from ._convert import unbind as unbind
+from ._factories import array as array
+from ._factories import from_lengths as from_lengths
+from ._factories import from_nested as from_nested
+from ._factories import from_offsets as from_offsets
+from ._factories import from_padded as from_padded
+from ._factories import from_segment_ids as from_segment_ids
+from ._partition import Partition as Partition
+from ._partition import RowPartition as RowPartition
+from ._shape import RaggedShape as RaggedShape
+
+_pytree.register()
+_serialization.register()
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Partition",
+    "RaggedArray",
+    "RaggedShape",
+    "RowPartition",
+    "array",
+    "from_lengths",
+    "from_nested",
+    "from_offsets",
+    "from_padded",
+    "from_segment_ids",
+    "to_list",
+    "to_mask",
+    "to_nested",
+    "to_padded",
+    "unbind",
+]

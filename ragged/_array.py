@@ -1,0 +1,256 @@
+"""RaggedArray: an immutable array with ragged axes, stored as flat values plus a partition."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import _convert, _format, _indexing
+from ._axes import AxisNames, check_names
+from ._errors import type_error, value_error
+from ._partition import Partition
+from ._shape import RaggedShape
+
+__all__ = ["RaggedArray"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class RaggedArray:
+    """An immutable array of logical shape ``(B, L*, *inner)`` whose axis 1 is ragged.
+
+    Segment ``b`` is the dense tensor ``values[offsets[b]:offsets[b + 1]]`` of shape
+    ``(lengths[b], *inner)``. Only ``values`` is a pytree leaf; the partition (offsets and
+    static metadata) and the axis names ride in the pytree context, so ``torch.func`` transforms
+    and ``torch.compile`` accept and return RaggedArrays.
+
+    The semantics of every op is the same op applied to each segment separately. For an op
+    ``f`` that keeps the ragged axis this reference loop is the specification::
+
+        def reference(f, x):
+            return ragged.array([f(x.values[a:b]) for a, b in pairwise(x.offsets.tolist())])
+
+    Build RaggedArrays with the validating factories (:func:`ragged.array`,
+    :func:`ragged.from_lengths`, :func:`ragged.from_offsets`, ...), not with this constructor,
+    which trusts its arguments.
+
+    Attributes:
+        values: ``[total, *inner]`` tensor holding the segments back to back.
+        partition: the :class:`ragged.Partition` of the ragged axes.
+        axes: one unique name per logical axis, or ``None``.
+
+    >>> import ragged, torch
+    >>> x = ragged.from_lengths(torch.arange(10.0).reshape(5, 2), [2, 0, 3])
+    >>> x.shape, x.ndim, x.lengths
+    (RaggedShape(3, [2, 0, 3], 2), 3, tensor([2, 0, 3]))
+    >>> x[2]
+    tensor([[4., 5.],
+            [6., 7.],
+            [8., 9.]])
+    """
+
+    values: Tensor
+    partition: Partition
+    axes: AxisNames | None = None
+
+    # --- structure -------------------------------------------------------------------------
+
+    @property
+    def offsets(self) -> Tensor:
+        """Offsets of the first ragged axis into its rows, int64 ``[B + 1]``."""
+        return self.partition.levels[0].offsets
+
+    @property
+    def lengths(self) -> Tensor:
+        """Per-segment lengths of the first ragged axis, int64 ``[B]``."""
+        return self.partition.levels[0].lengths
+
+    @property
+    def num_segments(self) -> int:
+        """``B``, the number of segments."""
+        return self.partition.levels[0].lengths.shape[0]
+
+    @property
+    def shape(self) -> RaggedShape:
+        """The logical shape; ragged axes appear as their lengths.
+
+        >>> import ragged
+        >>> ragged.array([[[1, 2]], [[3, 4], [5, 6]]]).shape
+        RaggedShape(2, [1, 2], 2)
+        """
+        return RaggedShape(self.partition, tuple(self.values.shape[1:]))
+
+    @property
+    def inner_shape(self) -> torch.Size:
+        """The dense trailing shape ``inner``."""
+        return self.values.shape[1:]
+
+    @property
+    def ragged_ndim(self) -> int:
+        """Number of ragged axes (1 for ``(B, L*, *inner)``)."""
+        return len(self.partition.levels)
+
+    @property
+    def ndim(self) -> int:
+        """Number of logical axes: batch, ragged axes and inner axes."""
+        return len(self.partition.levels) + self.values.dim()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the values."""
+        return self.values.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the values (and of the offsets)."""
+        return self.values.device
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether the values require grad."""
+        return self.values.requires_grad
+
+    def segment_ids(self) -> Tensor:
+        """The segment of each row of ``values``, int64 ``[total]`` (no copy, no sync).
+
+        >>> import ragged
+        >>> ragged.array([[1, 2], [], [3]]).segment_ids()
+        tensor([0, 0, 2])
+        """
+        return self.partition.segment_ids()
+
+    def __len__(self) -> int:
+        return self.num_segments
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            "RaggedArray: the truth value of an array is ambiguous; reduce it first "
+            "(e.g. ragged.any(x) or ragged.all(x))."
+        )
+
+    # --- functional updates ----------------------------------------------------------------
+
+    def with_values(self, values: Tensor, *, axes: Any = "keep") -> RaggedArray:
+        """The same partition (the same object) with new ``values``.
+
+        Args:
+            values: ``[total, *new_inner]``; the leading size must match.
+            axes: names for the result; by default the current names, which requires the
+                number of inner axes to be unchanged.
+
+        >>> import ragged, torch
+        >>> x = ragged.array([[1.0, 2.0], [3.0]])
+        >>> y = x.with_values(x.values * 10)
+        >>> y.to_list(), y.partition is x.partition
+        ([[10.0, 20.0], [30.0]], True)
+        """
+        func = "RaggedArray.with_values"
+        if not isinstance(values, Tensor):
+            raise type_error(func, "values", "must be a Tensor", type(values).__name__)
+        if values.dim() == 0 or values.shape[0] != self.values.shape[0]:
+            expected = f"must have shape [{self.values.shape[0]}, ...] (one row per value)"
+            raise value_error(func, "values", expected, tuple(values.shape))
+        ndim = len(self.partition.levels) + values.dim()
+        if isinstance(axes, str) and axes == "keep":
+            if self.axes is not None and ndim != self.ndim:
+                raise type_error(
+                    func,
+                    "axes",
+                    f"must be given when the number of axes changes ({self.ndim} -> {ndim})",
+                    "no names",
+                )
+            names = self.axes
+        else:
+            names = check_names(func, axes, ndim)
+        return RaggedArray(values, self.partition, names)
+
+    def rename(self, *names: str | None, **mapping: str) -> RaggedArray:
+        """The same array with new axis names (values and partition shared, not copied).
+
+        Pass all names positionally (``None`` alone removes them), or rename some by keyword.
+
+        >>> import ragged
+        >>> x = ragged.array([[[1.0]], [[2.0], [3.0]]], axes=("batch", "seq", "feat"))
+        >>> x.rename(seq="i").axes
+        ('batch', 'i', 'feat')
+        >>> x.rename(None).axes is None
+        True
+        """
+        func = "RaggedArray.rename"
+        if names and mapping:
+            raise TypeError(f"{func}: pass names positionally or by keyword, not both.")
+        if names == (None,):
+            return RaggedArray(self.values, self.partition, None)
+        if names:
+            return RaggedArray(self.values, self.partition, check_names(func, names, self.ndim))
+        if self.axes is None:
+            raise TypeError(f"{func}: keyword renaming needs a named array, got unnamed axes.")
+        unknown = sorted(set(mapping) - set(self.axes))
+        if unknown:
+            raise value_error(func, "mapping", f"must rename axes among {self.axes}", unknown)
+        new = tuple(mapping.get(name, name) for name in self.axes)
+        return RaggedArray(self.values, self.partition, check_names(func, new, self.ndim))
+
+    def to(self, *args: Any, **kwargs: Any) -> RaggedArray:
+        """Convert values like ``Tensor.to`` (dtype, device); offsets follow the device.
+
+        The partition object is kept when the device does not change.
+
+        >>> import ragged, torch
+        >>> x = ragged.array([[1, 2], [3]])
+        >>> y = x.to(torch.float64)
+        >>> y.dtype, y.partition is x.partition
+        (torch.float64, True)
+        """
+        values = self.values.to(*args, **kwargs)
+        return RaggedArray(values, self.partition.to(values.device), self.axes)
+
+    def detach(self) -> RaggedArray:
+        """Values detached from the autograd graph; same partition."""
+        return RaggedArray(self.values.detach(), self.partition, self.axes)
+
+    def clone(self) -> RaggedArray:
+        """A copy of the values; the (immutable) partition is shared."""
+        return RaggedArray(self.values.clone(), self.partition, self.axes)
+
+    def contiguous(self) -> RaggedArray:
+        """Values made contiguous (no copy when they already are); same partition."""
+        return RaggedArray(self.values.contiguous(), self.partition, self.axes)
+
+    # --- conversion ------------------------------------------------------------------------
+
+    def to_padded(self, fill_value: float = 0, *, length: int | None = None) -> Tensor:
+        """Dense ``(B, length, *inner)`` tensor; see :func:`ragged.to_padded`."""
+        return _convert.to_padded(self, fill_value, length=length)
+
+    def to_mask(self, *, length: int | None = None) -> Tensor:
+        """Boolean ``(B, length)`` mask of real positions; see :func:`ragged.to_mask`."""
+        return _convert.to_mask(self, length=length)
+
+    def to_list(self) -> list:
+        """Nested Python lists, one per segment; see :func:`ragged.to_list`."""
+        return _convert.to_list(self)
+
+    def unbind(self) -> tuple[Any, ...]:
+        """The segments as a tuple of tensors; see :func:`ragged.unbind`."""
+        return _convert.unbind(self)
+
+    def to_nested(self) -> Tensor:
+        """A ``torch.nested`` jagged tensor sharing the values; see :func:`ragged.to_nested`."""
+        return _convert.to_nested(self)
+
+    # --- indexing --------------------------------------------------------------------------
+
+    def __getitem__(self, index: Any) -> Any:
+        return _indexing.getitem(self, index)
+
+    def __iter__(self) -> Any:
+        return iter(self.unbind())
+
+    def __repr__(self) -> str:
+        return _format.format_array(self)
+
+
+RaggedArray.__hash__ = object.__hash__  # type: ignore[method-assign]

@@ -1,0 +1,495 @@
+"""Validating factories: the public ways to build a RaggedArray.
+
+Each factory checks what it is given and raises a ``TypeError``/``ValueError`` naming itself and
+the parameter before anything is built. Checks that read tensor *data* (signs, sums, order) run
+when ``validate=True`` (the default) and outside ``torch.compile``; they read a few scalars back
+from the device in one transfer. Host inputs (Python lists) are checked on the host for free, and
+they also give the partition its exact maximum length, which later makes ``to_padded`` sync-free.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._array import RaggedArray
+from ._axes import check_names
+from ._errors import type_error, typename, value_error
+from ._partition import Partition, RowPartition
+
+__all__ = [
+    "array",
+    "from_lengths",
+    "from_nested",
+    "from_offsets",
+    "from_padded",
+    "from_segment_ids",
+]
+
+
+def _checking(validate: bool) -> bool:
+    return validate and not torch.compiler.is_compiling()
+
+
+def _values(func: str, values: object, param: str = "values") -> Tensor:
+    if not isinstance(values, Tensor):
+        raise type_error(func, param, "must be a Tensor", typename(values))
+    if values.dim() == 0:
+        raise value_error(
+            func, param, "must have at least 1 dim (one row per value)", "a 0-dim tensor"
+        )
+    return values
+
+
+def _index_arg(
+    func: str, param: str, obj: object, device: torch.device
+) -> tuple[Tensor, list[int] | None]:
+    """An int64 1-D tensor on ``device``, plus the host list when ``obj`` came from the host."""
+    if isinstance(obj, Tensor):
+        if obj.dtype == torch.bool or obj.dtype.is_floating_point or obj.dtype.is_complex:
+            raise type_error(func, param, "must have an integer dtype", obj.dtype)
+        if obj.dim() != 1:
+            raise value_error(func, param, "must be 1-D", f"shape {tuple(obj.shape)}")
+        if obj.device != device:
+            raise value_error(func, param, f"must be on the values' device {device}", obj.device)
+        return obj.to(torch.int64), None
+    if isinstance(obj, (Sequence, range)) and not isinstance(obj, str):
+        host = list(obj)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in host):
+            bad = next(n for n in host if not isinstance(n, int) or isinstance(n, bool))
+            raise type_error(func, param, "must contain only ints", f"{bad!r}")
+        return torch.tensor(host, dtype=torch.int64, device=device), host
+    raise type_error(
+        func, param, "must be a 1-D integer tensor or a sequence of ints", typename(obj)
+    )
+
+
+def _named(func: str, values: Tensor, partition: Partition, axes: object) -> RaggedArray:
+    names = check_names(func, axes, partition.ragged_ndim + values.dim())
+    return RaggedArray(values, partition, names)
+
+
+# --- lengths / offsets / segment ids --------------------------------------------------------
+
+
+def _check_lengths(func: str, host: list[int], total: int, total_text: str) -> int:
+    for b, n in enumerate(host):
+        if n < 0:
+            raise value_error(func, "lengths", "must be non-negative", f"lengths[{b}] = {n}")
+    if sum(host) != total:
+        raise value_error(
+            func, "lengths", f"must sum to {total_text} = {total}", f"sum {sum(host)}"
+        )
+    return max(host, default=0)
+
+
+def from_lengths(
+    values: Tensor,
+    lengths: Tensor | Sequence[int],
+    *,
+    axes: Sequence[str] | None = None,
+    validate: bool = True,
+) -> RaggedArray:
+    """A RaggedArray whose segment ``b`` holds the next ``lengths[b]`` rows of ``values``.
+
+    Args:
+        values: ``[total, *inner]``, the segments back to back (not copied).
+        lengths: per-segment lengths, a 1-D integer tensor on the values' device or a
+            sequence of ints; non-negative, summing to ``total``.
+        axes: optional unique names, one per logical axis.
+        validate: check tensor ``lengths`` (one small read from the device); host lengths are
+            always checked.
+
+    Raises:
+        TypeError: ``values`` is not a tensor, or ``lengths`` is not integer.
+        ValueError: ``values`` is 0-dim, a length is negative, the lengths do not sum to
+            ``total``, ``lengths`` is on another device, or ``axes`` is malformed.
+
+    >>> import ragged, torch
+    >>> ragged.from_lengths(torch.arange(5), [2, 0, 3])
+    RaggedArray([[0, 1],
+                 [],
+                 [2, 3, 4]], shape=(3, [2, 0, 3]))
+    >>> ragged.from_lengths(torch.arange(5), [2, 2])
+    Traceback (most recent call last):
+    ValueError: ragged.from_lengths: `lengths` must sum to values.shape[0] = 5, got sum 4.
+    """
+    func = "ragged.from_lengths"
+    values = _values(func, values)
+    lengths_t, host = _index_arg(func, "lengths", lengths, values.device)
+    total = values.shape[0]
+    max_length = None
+    if host is None and _checking(validate) and lengths_t.numel():
+        host_stats = torch.stack([lengths_t.min(), lengths_t.sum(), lengths_t.max()]).tolist()
+        low, summed, max_length = host_stats
+        if low < 0:
+            b = int(torch.argmin(lengths_t))
+            raise value_error(func, "lengths", "must be non-negative", f"lengths[{b}] = {low}")
+        if summed != total:
+            raise value_error(
+                func, "lengths", f"must sum to values.shape[0] = {total}", f"sum {summed}"
+            )
+    elif host is not None:
+        max_length = _check_lengths(func, host, total, "values.shape[0]")
+    elif _checking(validate) and total != 0:
+        raise value_error(func, "lengths", f"must sum to values.shape[0] = {total}", "sum 0")
+    partition = Partition((RowPartition.from_lengths(lengths_t, total, max_length),))
+    return _named(func, values, partition, axes)
+
+
+def from_offsets(
+    values: Tensor,
+    offsets: Tensor | Sequence[int],
+    *,
+    axes: Sequence[str] | None = None,
+    validate: bool = True,
+) -> RaggedArray:
+    """A RaggedArray whose segment ``b`` is ``values[offsets[b]:offsets[b + 1]]``.
+
+    Args:
+        values: ``[total, *inner]`` (not copied).
+        offsets: ``B + 1`` integers starting at 0, non-decreasing, ending at ``total``; a 1-D
+            integer tensor on the values' device or a sequence of ints.
+        axes: optional unique names, one per logical axis.
+        validate: check tensor ``offsets`` (one small read from the device).
+
+    >>> import ragged, torch
+    >>> ragged.from_offsets(torch.arange(5.0), torch.tensor([0, 2, 2, 5])).lengths
+    tensor([2, 0, 3])
+    >>> ragged.from_offsets(torch.arange(5.0), [1, 5])
+    Traceback (most recent call last):
+    ValueError: ragged.from_offsets: `offsets` must start at 0, got offsets[0] = 1.
+    """
+    func = "ragged.from_offsets"
+    values = _values(func, values)
+    offsets_t, host = _index_arg(func, "offsets", offsets, values.device)
+    if offsets_t.numel() == 0:
+        raise value_error(
+            func, "offsets", "must have at least one entry (B + 1 for B segments)", "[]"
+        )
+    total = values.shape[0]
+    max_length = None
+    stats: list[int] | None = None
+    if host is not None:
+        steps = [b - a for a, b in itertools.pairwise(host)]
+        stats = [host[0], host[-1], min(steps, default=0), max(steps, default=0)]
+    elif _checking(validate):
+        steps_t = torch.diff(offsets_t)
+        if steps_t.numel() == 0:
+            steps_t = offsets_t.new_zeros(1)
+        stats = torch.stack([offsets_t[0], offsets_t[-1], steps_t.min(), steps_t.max()]).tolist()
+    if stats is not None:
+        first, last, min_step, max_length = stats
+        if first != 0:
+            raise value_error(func, "offsets", "must start at 0", f"offsets[0] = {first}")
+        if min_step < 0:
+            at = int(torch.argmin(torch.diff(offsets_t))) + 1
+            got = f"offsets[{at}] = {int(offsets_t[at])} < offsets[{at - 1}] = {int(offsets_t[at - 1])}"
+            raise value_error(func, "offsets", "must be non-decreasing", got)
+        if last != total:
+            expected = f"must end at values.shape[0] = {total}"
+            raise value_error(func, "offsets", expected, f"offsets[-1] = {last}")
+    partition = Partition((RowPartition.from_offsets(offsets_t, total, max_length),))
+    return _named(func, values, partition, axes)
+
+
+def from_segment_ids(
+    values: Tensor,
+    segment_ids: Tensor | Sequence[int],
+    num_segments: int,
+    *,
+    axes: Sequence[str] | None = None,
+    validate: bool = True,
+) -> RaggedArray:
+    """A RaggedArray from the (sorted) segment of each row, as in PyG's ``batch`` vector.
+
+    Args:
+        values: ``[total, *inner]`` (not copied).
+        segment_ids: ``total`` sorted integers in ``[0, num_segments)``.
+        num_segments: ``B``; segments no id names are empty.
+        axes: optional unique names, one per logical axis.
+        validate: check tensor ids (one small read from the device).
+
+    >>> import ragged, torch
+    >>> ragged.from_segment_ids(torch.arange(4), torch.tensor([0, 0, 2, 2]), 4).lengths
+    tensor([2, 0, 2, 0])
+    >>> ragged.from_segment_ids(torch.arange(2), [1, 0], 2)
+    Traceback (most recent call last):
+    ValueError: ragged.from_segment_ids: `segment_ids` must be sorted (non-decreasing), got segment_ids[1] = 0 < segment_ids[0] = 1.
+    """
+    func = "ragged.from_segment_ids"
+    values = _values(func, values)
+    if isinstance(num_segments, bool) or not isinstance(num_segments, (int, torch.SymInt)):
+        raise type_error(func, "num_segments", "must be an int", typename(num_segments))
+    if num_segments < 0:
+        raise value_error(func, "num_segments", "must be non-negative", num_segments)
+    ids, host = _index_arg(func, "segment_ids", segment_ids, values.device)
+    total = values.shape[0]
+    if ids.shape[0] != total:
+        expected = f"must have one id per row of values ({total})"
+        raise value_error(func, "segment_ids", expected, f"{ids.shape[0]} ids")
+    max_length = None
+    if (host is not None or _checking(validate)) and total:
+        steps = torch.diff(ids)
+        if steps.numel() == 0:
+            steps = ids.new_zeros(1)
+        lengths = torch.bincount(ids.clamp(0, max(num_segments - 1, 0)), minlength=num_segments)
+        first, last, min_step, max_length = torch.stack(
+            [ids[0], ids[-1], steps.min(), lengths.max()]
+        ).tolist()
+        if min_step < 0:
+            at = int(torch.argmin(steps)) + 1
+            got = f"segment_ids[{at}] = {int(ids[at])} < segment_ids[{at - 1}] = {int(ids[at - 1])}"
+            raise value_error(func, "segment_ids", "must be sorted (non-decreasing)", got)
+        if first < 0 or last >= num_segments:
+            bad = first if first < 0 else last
+            raise value_error(func, "segment_ids", f"must be in [0, {num_segments})", f"id {bad}")
+    elif total == 0:
+        max_length = 0
+    partition = Partition((RowPartition.from_row_ids(ids, num_segments, max_length),))
+    return _named(func, values, partition, axes)
+
+
+# --- padded / nested ------------------------------------------------------------------------
+
+
+def from_padded(
+    padded: Tensor,
+    lengths: Tensor | Sequence[int] | None = None,
+    *,
+    mask: Tensor | None = None,
+    axes: Sequence[str] | None = None,
+) -> RaggedArray:
+    """The rows ``padded[b, :lengths[b]]`` of a dense ``(B, L, *inner)`` tensor, packed.
+
+    Give either ``lengths`` or a prefix ``mask`` (``True`` on the first ``lengths[b]``
+    positions of each row, as HuggingFace ``attention_mask``), or neither for full rows. The
+    output size depends on the data: this reads the lengths back once (one host sync) unless
+    they are given as a Python sequence.
+
+    Args:
+        padded: ``(B, L, *inner)``.
+        lengths: per-segment lengths in ``[0, L]``.
+        mask: boolean ``(B, L)``; must be left-aligned (a prefix of each row).
+        axes: optional unique names, one per logical axis.
+
+    Returns:
+        A RaggedArray whose values are gathered from ``padded`` (differentiable).
+
+    >>> import ragged, torch
+    >>> padded = torch.tensor([[1, 2, 0], [3, 0, 0]])
+    >>> ragged.from_padded(padded, mask=padded != 0).to_list()
+    [[1, 2], [3]]
+    >>> ragged.from_padded(padded, mask=torch.tensor([[True, False, True], [True, False, False]]))
+    Traceback (most recent call last):
+    ValueError: ragged.from_padded: `mask` must be left-aligned (True on a prefix of each row), got row 0 = [True, False, True].
+    """
+    func = "ragged.from_padded"
+    if not isinstance(padded, Tensor):
+        raise type_error(func, "padded", "must be a Tensor", typename(padded))
+    if padded.dim() < 2:
+        raise value_error(
+            func, "padded", "must have at least 2 dims (B, L, ...)", tuple(padded.shape)
+        )
+    num, width = padded.shape[0], padded.shape[1]
+    if lengths is not None and mask is not None:
+        raise TypeError(f"{func}: pass `lengths` or `mask`, not both.")
+    if mask is not None:
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            raise type_error(func, "mask", "must be a bool Tensor", typename(mask))
+        if tuple(mask.shape) != (num, width):
+            raise value_error(func, "mask", f"must have shape ({num}, {width})", tuple(mask.shape))
+        lengths_t = mask.sum(1)
+        prefix = torch.arange(width, device=mask.device) < lengths_t[:, None]
+        bad_rows = (prefix != mask).any(1)
+        if bool(bad_rows.any()):
+            row = int(torch.argmax(bad_rows.to(torch.int8)))
+            got = f"row {row} = {mask[row].tolist()}"
+            raise value_error(
+                func, "mask", "must be left-aligned (True on a prefix of each row)", got
+            )
+        host = None
+    elif lengths is not None:
+        lengths_t, host = _index_arg(func, "lengths", lengths, padded.device)
+        if lengths_t.shape[0] != num:
+            raise value_error(func, "lengths", f"must have {num} entries", lengths_t.shape[0])
+    else:
+        lengths_t = torch.full((num,), width, dtype=torch.int64, device=padded.device)
+        host = [width] * num
+    if host is None:
+        stats = torch.stack([lengths_t.min(), lengths_t.max(), lengths_t.sum()]) if num else None
+        low, high, total = stats.tolist() if stats is not None else (0, 0, 0)
+    else:
+        low, high, total = min(host, default=0), max(host, default=0), sum(host)
+    if low < 0 or high > width:
+        raise value_error(func, "lengths", f"must be in [0, {width}]", f"min {low}, max {high}")
+    level = RowPartition.from_lengths(lengths_t, total, high)
+    index = level.row_ids * width + level.positions()
+    values = padded.reshape(num * width, *padded.shape[2:]).index_select(0, index)
+    return _named(func, values, Partition((level,)), axes)
+
+
+def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray:
+    """A RaggedArray sharing the values and offsets of a ``torch.nested`` jagged tensor.
+
+    A jagged tensor with holes (built with ``lengths``) is compacted (its values are copied).
+
+    >>> import ragged, torch
+    >>> nt = torch.nested.nested_tensor([torch.ones(2), torch.zeros(1)], layout=torch.jagged)
+    >>> ragged.from_nested(nt).to_list()
+    [[1.0, 1.0], [0.0]]
+    """
+    func = "ragged.from_nested"
+    if not isinstance(nt, Tensor) or not nt.is_nested or nt.layout != torch.jagged:
+        raise type_error(
+            func, "nt", "must be a torch.nested tensor with layout=torch.jagged", typename(nt)
+        )
+    ragged_dim = getattr(nt, "_ragged_idx", 1)
+    if ragged_dim != 1:
+        raise value_error(func, "nt", "must be ragged along dim 1", f"ragged dim {ragged_dim}")
+    values, offsets, holes = nt.values(), nt.offsets(), nt.lengths()  # type: ignore[attr-defined]
+    total = values.shape[0]
+    if holes is None:
+        level = RowPartition.from_offsets(offsets.to(torch.int64), total)
+    else:
+        lengths_t = holes.to(torch.int64)
+        level = RowPartition.from_lengths(lengths_t, int(lengths_t.sum()))
+        values = values[offsets[:-1].to(torch.int64)[level.row_ids] + level.positions()]
+    return _named(func, values, Partition((level,)), axes)
+
+
+# --- nested Python data ---------------------------------------------------------------------
+
+
+def _depth(obj: Any, level: int, depths: set[int], empties: list[int]) -> None:
+    """Collect the depth of every scalar (``depths``) and of every empty list (``empties``)."""
+    if isinstance(obj, (list, tuple)):
+        if not obj:
+            empties.append(level)
+        for item in obj:
+            _depth(item, level + 1, depths, empties)
+    else:
+        depths.add(level)
+
+
+def _segments_from_lists(
+    func: str, data: Sequence[Any], dtype: torch.dtype | None, device: Any
+) -> tuple[Tensor, list[int]]:
+    depths: set[int] = set()
+    empties: list[int] = []
+    for b, segment in enumerate(data):
+        if not isinstance(segment, (list, tuple)):
+            raise value_error(
+                func,
+                "data",
+                "must hold one sequence of rows per segment",
+                f"data[{b}] = {segment!r}",
+            )
+        _depth(segment, 1, depths, empties)
+    if len(depths) > 1 or (depths and any(level >= min(depths) for level in empties if level > 1)):
+        found = sorted(depths | {level + 1 for level in empties if level > 1})
+        raise value_error(
+            func, "data", "must be nested lists of one consistent depth", f"depths {found}"
+        )
+    rows = [row for segment in data for row in segment]
+    lengths = [len(segment) for segment in data]
+    try:
+        values = torch.tensor(rows, dtype=dtype, device=device)
+    except (ValueError, TypeError) as err:
+        shapes = sorted({_row_shape(row) for row in rows})
+        raise value_error(
+            func,
+            "data",
+            "must have rows of one shape (a second ragged axis needs ragged_ndim=2)",
+            f"row shapes {shapes}",
+        ) from err
+    return values, lengths
+
+
+def _row_shape(row: Any) -> tuple[int, ...]:
+    shape = []
+    while isinstance(row, (list, tuple)):
+        shape.append(len(row))
+        row = row[0] if row else None
+    return tuple(shape)
+
+
+def _segments_from_tensors(
+    func: str, data: Sequence[Any], dtype: torch.dtype | None, device: Any
+) -> tuple[Tensor, list[int]]:
+    tensors = [seg if isinstance(seg, Tensor) else torch.as_tensor(seg) for seg in data]
+    for b, seg in enumerate(tensors):
+        if seg.dim() == 0:
+            raise value_error(
+                func, "data", "must hold one sequence of rows per segment", f"data[{b}] = {data[b]!r}"
+            )
+    dtypes = {seg.dtype for seg in tensors}
+    if dtype is None and len(dtypes) > 1:
+        raise type_error(
+            func,
+            "data",
+            "must hold tensors of one dtype (or pass dtype=)",
+            sorted(map(str, dtypes)),
+        )
+    devices = {seg.device for seg in tensors}
+    if len(devices) > 1:
+        raise value_error(
+            func, "data", "must hold tensors on one device", sorted(map(str, devices))
+        )
+    inner = {tuple(seg.shape[1:]) for seg in tensors}
+    if len(inner) > 1:
+        raise value_error(
+            func, "data", "must hold segments with one inner shape", f"inner shapes {sorted(inner)}"
+        )
+    values = torch.cat(tensors) if tensors else torch.empty(0)
+    return values.to(dtype=dtype, device=device), [seg.shape[0] for seg in tensors]
+
+
+def array(
+    data: Sequence[Any],
+    *,
+    axes: Sequence[str] | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> RaggedArray:
+    """A RaggedArray from a sequence of segments (tensors, arrays or nested lists).
+
+    Args:
+        data: one entry per segment, each a tensor (or array-like) of shape ``(L_b, *inner)``
+            or a nested list of rows. Tensors must share dtype (unless ``dtype`` is given),
+            device and inner shape; nested lists must share their depth.
+        axes: optional unique names, one per logical axis.
+        dtype: convert the values to this dtype (lists: infer, as ``torch.tensor`` does).
+        device: put the values on this device.
+
+    >>> import ragged, torch
+    >>> ragged.array([torch.ones(2, 3), torch.zeros(0, 3)]).shape
+    RaggedShape(2, [2, 0], 3)
+    >>> ragged.array([[1, 2], [3.5]]).to_list()
+    [[1.0, 2.0], [3.5]]
+    >>> ragged.array([[1, 2], [[3]]])
+    Traceback (most recent call last):
+    ValueError: ragged.array: `data` must be nested lists of one consistent depth, got depths [2, 3].
+    """
+    func = "ragged.array"
+    if isinstance(data, Tensor) or not isinstance(data, Sequence) or isinstance(data, str):
+        raise type_error(
+            func,
+            "data",
+            "must be a list of segments (for a dense tensor use ragged.from_padded)",
+            typename(data),
+        )
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise type_error(func, "dtype", "must be a torch.dtype", typename(dtype))
+    if all(isinstance(seg, (list, tuple)) for seg in data):
+        values, lengths = _segments_from_lists(func, data, dtype, device)
+    else:
+        values, lengths = _segments_from_tensors(func, data, dtype, device)
+    total = values.shape[0]
+    lengths_t = torch.tensor(lengths, dtype=torch.int64, device=values.device)
+    partition = Partition((RowPartition.from_lengths(lengths_t, total, max(lengths, default=0)),))
+    return _named(func, values, partition, axes)

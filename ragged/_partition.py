@@ -1,0 +1,202 @@
+"""Partitions: how the flat ``values`` of a RaggedArray split into segments and rows.
+
+A :class:`Partition` is a stack of :class:`RowPartition` levels, one per ragged axis, in the
+style of TensorFlow's nested row partitions. Level 0 splits the ``B`` segments into rows of the
+first ragged axis; level ``k`` splits the rows of level ``k - 1`` into rows of the next ragged
+axis; the children of the last level are the rows of ``values``.
+
+Both classes compare and hash by identity. They ride in the pytree *context* of a RaggedArray,
+and ``torch.func`` compares contexts when it checks that two trees match: identity makes that
+check cheap and never asks a tensor for its truth value. Value equality is
+:meth:`Partition.equals` (one comparison of the offsets, which reads device memory).
+
+Nothing here validates: partitions are built by the factories in ``ragged._factories`` (which
+validate user input) and by ops (whose outputs are valid by construction).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor
+
+__all__ = ["Partition", "RowPartition"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RowPartition:
+    """One ragged axis: parent row ``r`` owns the children ``offsets[r]:offsets[r + 1]``.
+
+    Attributes:
+        offsets: int64 ``[num_rows + 1]``, starting at 0 and non-decreasing.
+        lengths: int64 ``[num_rows]``, ``offsets.diff()``.
+        row_ids: int64 ``[num_children]``, the parent row of each child (sorted).
+        max_length: the exact maximum of ``lengths`` as a Python int, or ``None`` when it is
+            not known without reading device memory. It is static metadata: under
+            ``torch.compile(dynamic=True)`` it becomes a symbolic size.
+
+    >>> level = RowPartition.from_lengths(torch.tensor([2, 0, 1]), total=3, max_length=2)
+    >>> level.offsets, level.row_ids
+    (tensor([0, 2, 2, 3]), tensor([0, 0, 2]))
+    """
+
+    offsets: Tensor
+    lengths: Tensor
+    row_ids: Tensor
+    max_length: int | None
+
+    @staticmethod
+    def from_lengths(lengths: Tensor, total: int, max_length: int | None = None) -> RowPartition:
+        """Build a level from trusted int64 ``lengths`` that sum to ``total`` (no checks)."""
+        offsets = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
+        return RowPartition(offsets, lengths, _row_ids(lengths, total), max_length)
+
+    @staticmethod
+    def from_offsets(offsets: Tensor, total: int, max_length: int | None = None) -> RowPartition:
+        """Build a level from trusted int64 ``offsets`` ending at ``total`` (no checks)."""
+        lengths = torch.diff(offsets)
+        return RowPartition(offsets, lengths, _row_ids(lengths, total), max_length)
+
+    @staticmethod
+    def from_row_ids(row_ids: Tensor, num_rows: int, max_length: int | None = None) -> RowPartition:
+        """Build a level from trusted sorted int64 ``row_ids`` in ``[0, num_rows)`` (no checks)."""
+        lengths = torch.zeros(num_rows, dtype=torch.int64, device=row_ids.device)
+        lengths = lengths.index_add(0, row_ids, torch.ones_like(row_ids))
+        offsets = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
+        return RowPartition(offsets, lengths, row_ids, max_length)
+
+    @property
+    def num_rows(self) -> int:
+        """Number of parent rows."""
+        return self.lengths.shape[0]
+
+    @property
+    def num_children(self) -> int:
+        """Number of children (the sum of ``lengths``)."""
+        return self.row_ids.shape[0]
+
+    def positions(self) -> Tensor:
+        """Index of each child within its parent row, int64 ``[num_children]``.
+
+        >>> RowPartition.from_lengths(torch.tensor([2, 0, 3]), total=5).positions()
+        tensor([0, 1, 0, 1, 2])
+        """
+        children = torch.arange(self.num_children, device=self.row_ids.device)
+        return children - self.offsets[self.row_ids]
+
+    def to(self, device: torch.device) -> RowPartition:
+        """This level with its tensors on ``device``."""
+        return RowPartition(
+            self.offsets.to(device),
+            self.lengths.to(device),
+            self.row_ids.to(device),
+            self.max_length,
+        )
+
+    def __repr__(self) -> str:
+        return f"RowPartition(num_rows={self.num_rows}, num_children={self.num_children})"
+
+
+def _row_ids(lengths: Tensor, total: int) -> Tensor:
+    # `output_size` keeps repeat_interleave from reading `lengths.sum()` back to the host.
+    rows = torch.arange(lengths.shape[0], device=lengths.device)
+    return torch.repeat_interleave(rows, lengths, output_size=total)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Partition:
+    """The partition tree of a RaggedArray: one :class:`RowPartition` per ragged axis.
+
+    A RaggedArray of logical shape ``(B, L*, *inner)`` has one level; ``(B, S*, T*, *inner)``
+    has two. Arrays that share a partition *object* take the fast path in binary ops; ops that
+    keep the ragged structure return their input's partition object unchanged.
+
+    >>> p = Partition.from_lengths(torch.tensor([2, 0, 3]), total=5)
+    >>> p.num_segments, p.ragged_ndim, p.offsets
+    (3, 1, tensor([0, 2, 2, 5]))
+    >>> p == p, p == Partition.from_lengths(torch.tensor([2, 0, 3]), total=5)
+    (True, False)
+    >>> p.equals(Partition.from_lengths(torch.tensor([2, 0, 3]), total=5))
+    True
+    """
+
+    levels: tuple[RowPartition, ...]
+
+    @staticmethod
+    def from_lengths(lengths: Tensor, total: int, max_length: int | None = None) -> Partition:
+        """A one-level partition from trusted int64 ``lengths`` (no checks)."""
+        return Partition((RowPartition.from_lengths(lengths, total, max_length),))
+
+    @property
+    def num_segments(self) -> int:
+        """``B``, the number of segments (size of axis 0)."""
+        return self.levels[0].num_rows
+
+    @property
+    def ragged_ndim(self) -> int:
+        """Number of ragged axes."""
+        return len(self.levels)
+
+    @property
+    def offsets(self) -> Tensor:
+        """Offsets of the first ragged axis, int64 ``[B + 1]``."""
+        return self.levels[0].offsets
+
+    @property
+    def lengths(self) -> Tensor:
+        """Lengths of the first ragged axis, int64 ``[B]``."""
+        return self.levels[0].lengths
+
+    @property
+    def num_values(self) -> int:
+        """Number of rows of ``values`` (children of the last level)."""
+        return self.levels[-1].num_children
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the offsets (always that of the values)."""
+        return self.levels[0].offsets.device
+
+    def segment_ids(self) -> Tensor:
+        """The segment of each row of ``values``, int64 ``[num_values]``, sorted."""
+        ids = self.levels[-1].row_ids
+        for level in reversed(self.levels[:-1]):
+            ids = level.row_ids[ids]
+        return ids
+
+    def max_length(self, level: int = 0) -> int:
+        """Exact maximum length at ``level`` as a Python int.
+
+        Free when known (factories from host data record it); otherwise it reads the lengths
+        back from the device once (a host sync, an unbacked size under ``torch.compile``).
+        """
+        known = self.levels[level].max_length
+        if known is not None:
+            return known
+        lengths = self.levels[level].lengths
+        return int(lengths.max()) if lengths.numel() else 0
+
+    def equals(self, other: Partition) -> bool:
+        """Value equality: same number of levels and equal offsets at every level.
+
+        Identity is checked first; otherwise this compares offsets (reads device memory).
+        """
+        if self is other:
+            return True
+        if len(self.levels) != len(other.levels):
+            return False
+        return all(
+            a.offsets.shape == b.offsets.shape and bool(torch.equal(a.offsets, b.offsets))
+            for a, b in zip(self.levels, other.levels, strict=True)
+        )
+
+    def to(self, device: torch.device | str) -> Partition:
+        """This partition on ``device`` (the same object when already there)."""
+        device = torch.device(device)
+        if self.device == device:
+            return self
+        return Partition(tuple(level.to(device) for level in self.levels))
+
+    def __repr__(self) -> str:
+        return f"Partition(num_segments={self.num_segments}, levels={len(self.levels)})"

@@ -1,0 +1,59 @@
+"""Pytree registration: ``values`` is the only leaf; partition and names are the context.
+
+Registered with ``torch.utils._pytree`` (which ``torch.func`` and ``torch.compile`` read) and
+with optree under the ``"ragged"`` namespace. The context is ``(partition, axes)``; partitions
+compare by identity, so two trees match exactly when they share partition objects and names.
+Unflattening never validates: ``torch.func`` rebuilds nodes around non-tensor leaves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optree
+import torch.utils._pytree as torch_pytree
+
+from ._array import RaggedArray
+from ._axes import AxisNames
+from ._partition import Partition
+
+Context = tuple[Partition, AxisNames | None]
+
+
+def _flatten(x: RaggedArray) -> tuple[list[Any], Context]:
+    return [x.values], (x.partition, x.axes)
+
+
+def _flatten_with_keys(x: RaggedArray) -> tuple[list[tuple[Any, Any]], Context]:
+    return [(torch_pytree.GetAttrKey("values"), x.values)], (x.partition, x.axes)
+
+
+def _unflatten(leaves: Any, context: Context) -> RaggedArray:
+    (values,) = leaves
+    partition, axes = context
+    return RaggedArray(values, partition, axes)
+
+
+def _optree_flatten(x: RaggedArray) -> tuple[tuple[Any], Context, tuple[str]]:
+    return (x.values,), (x.partition, x.axes), ("values",)
+
+
+def _optree_unflatten(context: Context, leaves: Any) -> RaggedArray:
+    return _unflatten(leaves, context)
+
+
+def register() -> None:
+    """Register RaggedArray with torch's pytree and optree's ``"ragged"`` namespace."""
+    torch_pytree.register_pytree_node(
+        RaggedArray,
+        _flatten,
+        _unflatten,
+        serialized_type_name="ragged.RaggedArray",
+        flatten_with_keys_fn=_flatten_with_keys,
+    )
+    optree.register_pytree_node(
+        RaggedArray,  # type: ignore[arg-type]  # optree's stubs expect a Collection
+        _optree_flatten,  # type: ignore[arg-type]
+        _optree_unflatten,  # type: ignore[arg-type]
+        namespace="ragged",
+    )

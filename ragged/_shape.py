@@ -1,0 +1,91 @@
+"""RaggedShape: the logical shape of a RaggedArray, with ragged axes shown as lengths."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from torch import Tensor
+
+from ._partition import Partition
+
+__all__ = ["RaggedShape"]
+
+
+class RaggedShape:
+    """The logical shape ``(B, L*, *inner)`` of a RaggedArray.
+
+    Indexing gives a Python int for a dense axis and the int64 lengths tensor for a ragged
+    axis. Building a RaggedShape is free; printing it or comparing two of them reads the lengths
+    (a host sync on an accelerator).
+
+    >>> import ragged
+    >>> s = ragged.array([[1.0, 2.0], [], [3.0, 4.0, 5.0]]).shape
+    >>> s
+    RaggedShape(3, [2, 0, 3])
+    >>> s[0], s[1], len(s)
+    (3, tensor([2, 0, 3]), 2)
+    """
+
+    __slots__ = ("_inner", "_partition")
+
+    def __init__(self, partition: Partition, inner: tuple[int, ...]) -> None:
+        self._partition = partition
+        self._inner = tuple(inner)
+
+    @property
+    def num_segments(self) -> int:
+        """``B``."""
+        return self._partition.num_segments
+
+    @property
+    def inner(self) -> tuple[int, ...]:
+        """The dense trailing sizes."""
+        return self._inner
+
+    @property
+    def ragged_ndim(self) -> int:
+        """Number of ragged axes."""
+        return self._partition.ragged_ndim
+
+    def __len__(self) -> int:
+        return 1 + self._partition.ragged_ndim + len(self._inner)
+
+    def __getitem__(self, index: int) -> int | Tensor:
+        n = len(self)
+        if not isinstance(index, int):
+            raise TypeError(f"RaggedShape: index must be an int, got {type(index).__name__}.")
+        if not -n <= index < n:
+            raise IndexError(f"RaggedShape: index {index} out of range for {n} axes.")
+        index %= n
+        if index == 0:
+            return self._partition.num_segments
+        if index <= self._partition.ragged_ndim:
+            return self._partition.levels[index - 1].lengths
+        return self._inner[index - 1 - self._partition.ragged_ndim]
+
+    def __iter__(self) -> Iterator[int | Tensor]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RaggedShape):
+            return NotImplemented
+        return self._inner == other._inner and self._partition.equals(other._partition)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_list(self) -> list[int | list]:
+        """The shape with each ragged axis as nested Python lists of lengths (reads them)."""
+        out: list[int | list] = [self._partition.num_segments]
+        for level_index, level in enumerate(self._partition.levels):
+            lengths = level.lengths.tolist()
+            # Group a deeper level's lengths by the parent structure above it.
+            for parent in reversed(self._partition.levels[:level_index]):
+                bounds = parent.offsets.tolist()
+                lengths = [lengths[a:b] for a, b in itertools.pairwise(bounds)]
+            out.append(lengths)
+        out.extend(self._inner)
+        return out
+
+    def __repr__(self) -> str:
+        return f"RaggedShape({', '.join(map(str, self.to_list()))})"
