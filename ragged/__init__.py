@@ -28,6 +28,8 @@ from ._factories import from_segment_ids as from_segment_ids
 from ._partition import Partition as Partition
 from ._partition import RowPartition as RowPartition
 from ._shape import RaggedShape as RaggedShape
+from .ops import *  # noqa: F403  (the op library, listed in ragged.ops.__all__)
+from .ops import __all__ as _ops_all
 
 _pytree.register()
 _serialization.register()
@@ -35,6 +37,7 @@ _serialization.register()
 __version__ = "0.1.0"
 
 __all__ = [
+    *_ops_all,
     "Partition",
     "RaggedArray",
     "RaggedShape",

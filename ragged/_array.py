@@ -252,5 +252,100 @@ class RaggedArray:
     def __repr__(self) -> str:
         return _format.format_array(self)
 
+    # --- operators (elementwise, see ragged.ops._elementwise; `@` is ragged.matmul) -----------
 
-RaggedArray.__hash__ = object.__hash__  # type: ignore[method-assign]
+    def __add__(self, other: Any) -> RaggedArray:
+        return _ew.add(self, other)
+
+    def __radd__(self, other: Any) -> RaggedArray:
+        return _ew.add(other, self)
+
+    def __sub__(self, other: Any) -> RaggedArray:
+        return _ew.subtract(self, other)
+
+    def __rsub__(self, other: Any) -> RaggedArray:
+        return _ew.subtract(other, self)
+
+    def __mul__(self, other: Any) -> RaggedArray:
+        return _ew.multiply(self, other)
+
+    def __rmul__(self, other: Any) -> RaggedArray:
+        return _ew.multiply(other, self)
+
+    def __truediv__(self, other: Any) -> RaggedArray:
+        return _ew.divide(self, other)
+
+    def __rtruediv__(self, other: Any) -> RaggedArray:
+        return _ew.divide(other, self)
+
+    def __floordiv__(self, other: Any) -> RaggedArray:
+        return _ew.floor_divide(self, other)
+
+    def __rfloordiv__(self, other: Any) -> RaggedArray:
+        return _ew.floor_divide(other, self)
+
+    def __mod__(self, other: Any) -> RaggedArray:
+        return _ew.remainder(self, other)
+
+    def __rmod__(self, other: Any) -> RaggedArray:
+        return _ew.remainder(other, self)
+
+    def __pow__(self, other: Any) -> RaggedArray:
+        return _ew.power(self, other)
+
+    def __rpow__(self, other: Any) -> RaggedArray:
+        return _ew.power(other, self)
+
+    def __eq__(self, other: Any) -> RaggedArray:  # type: ignore[override]
+        return _ew.eq(self, other)
+
+    def __ne__(self, other: Any) -> RaggedArray:  # type: ignore[override]
+        return _ew.ne(self, other)
+
+    def __lt__(self, other: Any) -> RaggedArray:
+        return _ew.lt(self, other)
+
+    def __le__(self, other: Any) -> RaggedArray:
+        return _ew.le(self, other)
+
+    def __gt__(self, other: Any) -> RaggedArray:
+        return _ew.gt(self, other)
+
+    def __ge__(self, other: Any) -> RaggedArray:
+        return _ew.ge(self, other)
+
+    def __and__(self, other: Any) -> RaggedArray:
+        return _ew.bitwise_and(self, other)
+
+    def __rand__(self, other: Any) -> RaggedArray:
+        return _ew.bitwise_and(other, self)
+
+    def __or__(self, other: Any) -> RaggedArray:
+        return _ew.bitwise_or(self, other)
+
+    def __ror__(self, other: Any) -> RaggedArray:
+        return _ew.bitwise_or(other, self)
+
+    def __xor__(self, other: Any) -> RaggedArray:
+        return _ew.bitwise_xor(self, other)
+
+    def __rxor__(self, other: Any) -> RaggedArray:
+        return _ew.bitwise_xor(other, self)
+
+    def __invert__(self) -> RaggedArray:
+        return _ew.bitwise_not(self)
+
+    def __neg__(self) -> RaggedArray:
+        return _ew.negative(self)
+
+    def __pos__(self) -> RaggedArray:
+        return self
+
+    def __abs__(self) -> RaggedArray:
+        return _ew.abs(self)
+
+    __hash__ = object.__hash__  # `==` is elementwise; identity hashing, as for torch.Tensor
+
+
+# Imported last: the ops import RaggedArray from this module.
+from .ops import _elementwise as _ew  # noqa: E402

@@ -425,7 +425,10 @@ def _segments_from_tensors(
     for b, seg in enumerate(tensors):
         if seg.dim() == 0:
             raise value_error(
-                func, "data", "must hold one sequence of rows per segment", f"data[{b}] = {data[b]!r}"
+                func,
+                "data",
+                "must hold one sequence of rows per segment",
+                f"data[{b}] = {data[b]!r}",
             )
     dtypes = {seg.dtype for seg in tensors}
     if dtype is None and len(dtypes) > 1:

@@ -23,7 +23,7 @@ def test_properties():
     assert x.shape == ragged.array([[[0, 0]] * 2, [], [[0, 0]] * 3]).shape
     assert repr(x.shape) == "RaggedShape(3, [2, 0, 3], 2)"
     assert x.shape.to_list() == [3, [2, 0, 3], 2]
-    assert list(x.shape)[0] == 3
+    assert next(iter(x.shape)) == 3
 
 
 def test_bool_is_ambiguous():

@@ -38,7 +38,11 @@ layouts = st.sampled_from(["contiguous", "strided", "transposed"])
 def test_from_lengths_round_trip(lens, inner, layout, seed):
     values = random_tensor((sum(lens), *inner), torch.float64, seed, layout)
     check(ragged.from_lengths(values, lens), segments_of(values, lens), inner)
-    check(ragged.from_lengths(values, torch.tensor(lens, dtype=torch.int64)), segments_of(values, lens), inner)
+    check(
+        ragged.from_lengths(values, torch.tensor(lens, dtype=torch.int64)),
+        segments_of(values, lens),
+        inner,
+    )
 
 
 @given(lengths(), inner_shapes, st.integers(0, 2**16))
@@ -48,7 +52,11 @@ def test_from_offsets_round_trip(lens, inner, seed):
     for n in lens:
         offsets.append(offsets[-1] + n)
     check(ragged.from_offsets(values, offsets), segments_of(values, lens), inner)
-    check(ragged.from_offsets(values, torch.tensor(offsets, dtype=torch.int64)), segments_of(values, lens), inner)
+    check(
+        ragged.from_offsets(values, torch.tensor(offsets, dtype=torch.int64)),
+        segments_of(values, lens),
+        inner,
+    )
 
 
 @given(lengths(), inner_shapes, st.integers(0, 2**16))
@@ -79,7 +87,9 @@ def test_from_padded_round_trip(lens, inner, seed, extra):
     check(ragged.from_padded(padded, mask=mask), segments, inner)
     x = ragged.from_padded(padded, torch.tensor(lens, dtype=torch.int64))
     check(x, segments, inner)
-    torch.testing.assert_close(x.to_padded(length=width), padded * mask.view(*mask.shape, *[1] * len(inner)))
+    torch.testing.assert_close(
+        x.to_padded(length=width), padded * mask.view(*mask.shape, *[1] * len(inner))
+    )
 
 
 @given(lengths(min_segments=1), st.integers(0, 2**16))
@@ -137,80 +147,193 @@ V = torch.arange(6.0)
 
 BAD = [
     # (callable, exception, message regex)
-    (lambda: ragged.from_offsets(V, [1, 6]), ValueError,
-     "ragged.from_offsets: `offsets` must start at 0, got offsets[0] = 1."),
-    (lambda: ragged.from_offsets(V, torch.tensor([0, 4, 2, 6])), ValueError,
-     "ragged.from_offsets: `offsets` must be non-decreasing, got offsets[2] = 2 < offsets[1] = 4."),
-    (lambda: ragged.from_offsets(V, [0, 4, 2, 6]), ValueError,
-     "ragged.from_offsets: `offsets` must be non-decreasing, got offsets[2] = 2 < offsets[1] = 4."),
-    (lambda: ragged.from_offsets(V, torch.tensor([0, 2, 5])), ValueError,
-     "ragged.from_offsets: `offsets` must end at values.shape[0] = 6, got offsets[-1] = 5."),
-    (lambda: ragged.from_offsets(V, torch.tensor([0.0, 6.0])), TypeError,
-     "ragged.from_offsets: `offsets` must have an integer dtype, got torch.float32."),
-    (lambda: ragged.from_offsets(V, torch.tensor([], dtype=torch.int64)), ValueError,
-     "ragged.from_offsets: `offsets` must have at least one entry (B + 1 for B segments), got []."),
-    (lambda: ragged.from_lengths(V, torch.tensor([3.0, 3.0])), TypeError,
-     "ragged.from_lengths: `lengths` must have an integer dtype, got torch.float32."),
-    (lambda: ragged.from_lengths(V, [7, -1]), ValueError,
-     "ragged.from_lengths: `lengths` must be non-negative, got lengths[1] = -1."),
-    (lambda: ragged.from_lengths(V, torch.tensor([7, -1])), ValueError,
-     "ragged.from_lengths: `lengths` must be non-negative, got lengths[1] = -1."),
-    (lambda: ragged.from_lengths(V, [2, 3]), ValueError,
-     "ragged.from_lengths: `lengths` must sum to values.shape[0] = 6, got sum 5."),
-    (lambda: ragged.from_lengths(V, torch.tensor([2, 3])), ValueError,
-     "ragged.from_lengths: `lengths` must sum to values.shape[0] = 6, got sum 5."),
-    (lambda: ragged.from_lengths(V, [[3, 3]]), TypeError,
-     "ragged.from_lengths: `lengths` must contain only ints, got [3, 3]."),
-    (lambda: ragged.from_lengths(V, torch.tensor([[3, 3]])), ValueError,
-     "ragged.from_lengths: `lengths` must be 1-D, got shape (1, 2)."),
-    (lambda: ragged.from_lengths(torch.tensor(5.0), [1]), ValueError,
-     "ragged.from_lengths: `values` must have at least 1 dim (one row per value), got a 0-dim tensor."),
-    (lambda: ragged.from_lengths([1.0, 2.0], [2]), TypeError,
-     "ragged.from_lengths: `values` must be a Tensor, got list."),
-    (lambda: ragged.from_lengths(V, torch.tensor([6], device="meta")), ValueError,
-     "ragged.from_lengths: `lengths` must be on the values' device cpu, got meta."),
-    (lambda: ragged.array([torch.ones(2), torch.ones(2, device="meta")]), ValueError,
-     "ragged.array: `data` must hold tensors on one device, got ['cpu', 'meta']."),
-    (lambda: ragged.array([torch.ones(2), torch.ones(2, dtype=torch.float64)]), TypeError,
-     "ragged.array: `data` must hold tensors of one dtype (or pass dtype=), got ['torch.float32', 'torch.float64']."),
-    (lambda: ragged.array([torch.ones(2, 3), torch.ones(2, 4)]), ValueError,
-     "ragged.array: `data` must hold segments with one inner shape, got inner shapes [(3,), (4,)]."),
-    (lambda: ragged.array([[1, 2], [[3]]]), ValueError,
-     "ragged.array: `data` must be nested lists of one consistent depth, got depths [2, 3]."),
-    (lambda: ragged.array([[1, 2], 3]), ValueError,
-     "ragged.array: `data` must hold one sequence of rows per segment, got data[1] = 3."),
-    (lambda: ragged.array(torch.ones(2, 3)), TypeError,
-     "ragged.array: `data` must be a list of segments (for a dense tensor use ragged.from_padded), got Tensor(shape=(2, 3), dtype=torch.float32)."),
-    (lambda: ragged.array([[[1, 2]], [[3]]]), ValueError,
-     "ragged.array: `data` must have rows of one shape (a second ragged axis needs ragged_ndim=2), got row shapes [(1,), (2,)]."),
-    (lambda: ragged.array([[1.0], [2.0]], axes=("a", "a")), ValueError,
-     "ragged.array: `axes` must be unique names, got ['a', 'a']."),
-    (lambda: ragged.array([[1.0], [2.0]], axes=("a", "b", "c")), ValueError,
-     "ragged.array: `axes` must name all 2 axes, got 3 names ['a', 'b', 'c']."),
-    (lambda: ragged.array([[1.0], [2.0]], axes="ab"), TypeError,
-     "ragged.array: `axes` must be a sequence of 2 str or None, got 'ab'."),
-    (lambda: ragged.array([[1.0], [2.0]], axes=("a", 1)), TypeError,
-     "ragged.array: `axes` must contain only str, got ['a', 1]."),
-    (lambda: ragged.from_segment_ids(V, [0, 0, 1, 0, 1, 1], 2), ValueError,
-     "ragged.from_segment_ids: `segment_ids` must be sorted (non-decreasing), got segment_ids[3] = 0 < segment_ids[2] = 1."),
-    (lambda: ragged.from_segment_ids(V, [0, 0, 1, 1, 1, 3], 3), ValueError,
-     "ragged.from_segment_ids: `segment_ids` must be in [0, 3), got id 3."),
-    (lambda: ragged.from_segment_ids(V, [0, 0], 3), ValueError,
-     "ragged.from_segment_ids: `segment_ids` must have one id per row of values (6), got 2 ids."),
-    (lambda: ragged.from_segment_ids(V, [0] * 6, -1), ValueError,
-     "ragged.from_segment_ids: `num_segments` must be non-negative, got -1."),
-    (lambda: ragged.from_padded(torch.ones(2, 3), [1, 4]), ValueError,
-     "ragged.from_padded: `lengths` must be in [0, 3], got min 1, max 4."),
-    (lambda: ragged.from_padded(torch.ones(2, 3), mask=torch.ones(2, 3)), TypeError,
-     "ragged.from_padded: `mask` must be a bool Tensor, got Tensor(shape=(2, 3), dtype=torch.float32)."),
-    (lambda: ragged.from_padded(torch.ones(2, 3), mask=torch.tensor([[1, 1, 0], [0, 1, 0]]).bool()), ValueError,
-     "ragged.from_padded: `mask` must be left-aligned (True on a prefix of each row), got row 1 = [False, True, False]."),
-    (lambda: ragged.from_padded(torch.ones(2, 3), [1, 1], mask=torch.ones(2, 3).bool()), TypeError,
-     "ragged.from_padded: pass `lengths` or `mask`, not both."),
-    (lambda: ragged.from_padded(torch.ones(3), [1]), ValueError,
-     "ragged.from_padded: `padded` must have at least 2 dims (B, L, ...), got (3,)."),
-    (lambda: ragged.from_nested(torch.ones(2)), TypeError,
-     "ragged.from_nested: `nt` must be a torch.nested tensor with layout=torch.jagged, got Tensor(shape=(2,), dtype=torch.float32)."),
+    (
+        lambda: ragged.from_offsets(V, [1, 6]),
+        ValueError,
+        "ragged.from_offsets: `offsets` must start at 0, got offsets[0] = 1.",
+    ),
+    (
+        lambda: ragged.from_offsets(V, torch.tensor([0, 4, 2, 6])),
+        ValueError,
+        "ragged.from_offsets: `offsets` must be non-decreasing, got offsets[2] = 2 < offsets[1] = 4.",
+    ),
+    (
+        lambda: ragged.from_offsets(V, [0, 4, 2, 6]),
+        ValueError,
+        "ragged.from_offsets: `offsets` must be non-decreasing, got offsets[2] = 2 < offsets[1] = 4.",
+    ),
+    (
+        lambda: ragged.from_offsets(V, torch.tensor([0, 2, 5])),
+        ValueError,
+        "ragged.from_offsets: `offsets` must end at values.shape[0] = 6, got offsets[-1] = 5.",
+    ),
+    (
+        lambda: ragged.from_offsets(V, torch.tensor([0.0, 6.0])),
+        TypeError,
+        "ragged.from_offsets: `offsets` must have an integer dtype, got torch.float32.",
+    ),
+    (
+        lambda: ragged.from_offsets(V, torch.tensor([], dtype=torch.int64)),
+        ValueError,
+        "ragged.from_offsets: `offsets` must have at least one entry (B + 1 for B segments), got [].",
+    ),
+    (
+        lambda: ragged.from_lengths(V, torch.tensor([3.0, 3.0])),
+        TypeError,
+        "ragged.from_lengths: `lengths` must have an integer dtype, got torch.float32.",
+    ),
+    (
+        lambda: ragged.from_lengths(V, [7, -1]),
+        ValueError,
+        "ragged.from_lengths: `lengths` must be non-negative, got lengths[1] = -1.",
+    ),
+    (
+        lambda: ragged.from_lengths(V, torch.tensor([7, -1])),
+        ValueError,
+        "ragged.from_lengths: `lengths` must be non-negative, got lengths[1] = -1.",
+    ),
+    (
+        lambda: ragged.from_lengths(V, [2, 3]),
+        ValueError,
+        "ragged.from_lengths: `lengths` must sum to values.shape[0] = 6, got sum 5.",
+    ),
+    (
+        lambda: ragged.from_lengths(V, torch.tensor([2, 3])),
+        ValueError,
+        "ragged.from_lengths: `lengths` must sum to values.shape[0] = 6, got sum 5.",
+    ),
+    (
+        lambda: ragged.from_lengths(V, [[3, 3]]),
+        TypeError,
+        "ragged.from_lengths: `lengths` must contain only ints, got [3, 3].",
+    ),
+    (
+        lambda: ragged.from_lengths(V, torch.tensor([[3, 3]])),
+        ValueError,
+        "ragged.from_lengths: `lengths` must be 1-D, got shape (1, 2).",
+    ),
+    (
+        lambda: ragged.from_lengths(torch.tensor(5.0), [1]),
+        ValueError,
+        "ragged.from_lengths: `values` must have at least 1 dim (one row per value), got a 0-dim tensor.",
+    ),
+    (
+        lambda: ragged.from_lengths([1.0, 2.0], [2]),
+        TypeError,
+        "ragged.from_lengths: `values` must be a Tensor, got list.",
+    ),
+    (
+        lambda: ragged.from_lengths(V, torch.tensor([6], device="meta")),
+        ValueError,
+        "ragged.from_lengths: `lengths` must be on the values' device cpu, got meta.",
+    ),
+    (
+        lambda: ragged.array([torch.ones(2), torch.ones(2, device="meta")]),
+        ValueError,
+        "ragged.array: `data` must hold tensors on one device, got ['cpu', 'meta'].",
+    ),
+    (
+        lambda: ragged.array([torch.ones(2), torch.ones(2, dtype=torch.float64)]),
+        TypeError,
+        "ragged.array: `data` must hold tensors of one dtype (or pass dtype=), got ['torch.float32', 'torch.float64'].",
+    ),
+    (
+        lambda: ragged.array([torch.ones(2, 3), torch.ones(2, 4)]),
+        ValueError,
+        "ragged.array: `data` must hold segments with one inner shape, got inner shapes [(3,), (4,)].",
+    ),
+    (
+        lambda: ragged.array([[1, 2], [[3]]]),
+        ValueError,
+        "ragged.array: `data` must be nested lists of one consistent depth, got depths [2, 3].",
+    ),
+    (
+        lambda: ragged.array([[1, 2], 3]),
+        ValueError,
+        "ragged.array: `data` must hold one sequence of rows per segment, got data[1] = 3.",
+    ),
+    (
+        lambda: ragged.array(torch.ones(2, 3)),
+        TypeError,
+        "ragged.array: `data` must be a list of segments (for a dense tensor use ragged.from_padded), got Tensor(shape=(2, 3), dtype=torch.float32).",
+    ),
+    (
+        lambda: ragged.array([[[1, 2]], [[3]]]),
+        ValueError,
+        "ragged.array: `data` must have rows of one shape (a second ragged axis needs ragged_ndim=2), got row shapes [(1,), (2,)].",
+    ),
+    (
+        lambda: ragged.array([[1.0], [2.0]], axes=("a", "a")),
+        ValueError,
+        "ragged.array: `axes` must be unique names, got ['a', 'a'].",
+    ),
+    (
+        lambda: ragged.array([[1.0], [2.0]], axes=("a", "b", "c")),
+        ValueError,
+        "ragged.array: `axes` must name all 2 axes, got 3 names ['a', 'b', 'c'].",
+    ),
+    (
+        lambda: ragged.array([[1.0], [2.0]], axes="ab"),
+        TypeError,
+        "ragged.array: `axes` must be a sequence of 2 str or None, got 'ab'.",
+    ),
+    (
+        lambda: ragged.array([[1.0], [2.0]], axes=("a", 1)),
+        TypeError,
+        "ragged.array: `axes` must contain only str, got ['a', 1].",
+    ),
+    (
+        lambda: ragged.from_segment_ids(V, [0, 0, 1, 0, 1, 1], 2),
+        ValueError,
+        "ragged.from_segment_ids: `segment_ids` must be sorted (non-decreasing), got segment_ids[3] = 0 < segment_ids[2] = 1.",
+    ),
+    (
+        lambda: ragged.from_segment_ids(V, [0, 0, 1, 1, 1, 3], 3),
+        ValueError,
+        "ragged.from_segment_ids: `segment_ids` must be in [0, 3), got id 3.",
+    ),
+    (
+        lambda: ragged.from_segment_ids(V, [0, 0], 3),
+        ValueError,
+        "ragged.from_segment_ids: `segment_ids` must have one id per row of values (6), got 2 ids.",
+    ),
+    (
+        lambda: ragged.from_segment_ids(V, [0] * 6, -1),
+        ValueError,
+        "ragged.from_segment_ids: `num_segments` must be non-negative, got -1.",
+    ),
+    (
+        lambda: ragged.from_padded(torch.ones(2, 3), [1, 4]),
+        ValueError,
+        "ragged.from_padded: `lengths` must be in [0, 3], got min 1, max 4.",
+    ),
+    (
+        lambda: ragged.from_padded(torch.ones(2, 3), mask=torch.ones(2, 3)),
+        TypeError,
+        "ragged.from_padded: `mask` must be a bool Tensor, got Tensor(shape=(2, 3), dtype=torch.float32).",
+    ),
+    (
+        lambda: ragged.from_padded(
+            torch.ones(2, 3), mask=torch.tensor([[1, 1, 0], [0, 1, 0]]).bool()
+        ),
+        ValueError,
+        "ragged.from_padded: `mask` must be left-aligned (True on a prefix of each row), got row 1 = [False, True, False].",
+    ),
+    (
+        lambda: ragged.from_padded(torch.ones(2, 3), [1, 1], mask=torch.ones(2, 3).bool()),
+        TypeError,
+        "ragged.from_padded: pass `lengths` or `mask`, not both.",
+    ),
+    (
+        lambda: ragged.from_padded(torch.ones(3), [1]),
+        ValueError,
+        "ragged.from_padded: `padded` must have at least 2 dims (B, L, ...), got (3,).",
+    ),
+    (
+        lambda: ragged.from_nested(torch.ones(2)),
+        TypeError,
+        "ragged.from_nested: `nt` must be a torch.nested tensor with layout=torch.jagged, got Tensor(shape=(2,), dtype=torch.float32).",
+    ),
 ]
 
 

@@ -1,0 +1,204 @@
+"""Broadcasting rules: how the operands of an elementwise op line up.
+
+Two rules, chosen by whether the operands carry names:
+
+* **Positional** (an unnamed operand is involved): numpy broadcasting aligned from the right. A
+  ragged axis has per-segment sizes; it lines up with a ragged axis (same partition) or with a
+  size-1 axis, which broadcasts. The batch axis lines up with a size-``B`` or size-1 axis. So
+  for ``x`` of shape ``(B, L*, D)``: ``x + w`` with ``w: (D,)``; ``x * s`` with ``s: (B, 1, 1)``
+  or ``(B, 1, D)``; ``x + y`` for a RaggedArray ``y`` with the same partition. A dense
+  ``(B, D)`` lines its ``B`` up with the ragged axis and is rejected with a hint.
+* **Named** (both operands named: two named RaggedArrays, or a named RaggedArray and a torch
+  named tensor): axes align by name like xarray. An axis missing from one operand broadcasts;
+  the result's axes follow the first operand, then the second operand's new axes.
+
+Ragged against ragged: the same partition object takes the fast path; equal-valued partitions
+are accepted after one comparison of offsets; different ones are an error naming both shapes.
+
+>>> import ragged, torch
+>>> x = ragged.array([[[1.0, 2.0]], [[3.0, 4.0], [5.0, 6.0]]])
+>>> (x * torch.tensor([[[10.0]], [[100.0]]])).to_list()
+[[[10.0, 20.0]], [[300.0, 400.0], [500.0, 600.0]]]
+>>> x + torch.ones(2, 2)
+Traceback (most recent call last):
+ValueError: ragged.add: `other` of shape (2, 2) lines up its axis 0 with the ragged axis 1 of (2, [1, 2], 2), which needs size 1; for a per-segment operand write other[:, None, ...] (shape (B, 1, ...)), or name the axes of both operands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ._array import RaggedArray
+from ._partition import Partition
+
+Aligned = tuple[Any, Any, Partition, "tuple[str, ...] | None"]
+
+
+def _shape_text(x: RaggedArray) -> str:
+    if x.values.device.type == "meta" or torch.compiler.is_compiling():
+        return f"(B={x.num_segments}, {'L*, ' * x.ragged_ndim}{tuple(x.inner_shape)})"
+    return "(" + ", ".join(map(str, x.shape.to_list())) + ")"
+
+
+def same_partition(func: str, a: RaggedArray, b: RaggedArray) -> Partition:
+    """The shared partition of ``a`` and ``b`` (identity, else one value comparison)."""
+    if a.partition is b.partition:
+        return a.partition
+    if a.partition.equals(b.partition):
+        return a.partition
+    raise ValueError(
+        f"{func}: the operands have different ragged structure: {_shape_text(a)} vs "
+        f"{_shape_text(b)}; elementwise ops need equal partitions."
+    )
+
+
+def align(func: str, a: Any, b: Any) -> Aligned:
+    """Line up two operands (at least one a RaggedArray) for an elementwise op.
+
+    Returns the two operands' tensors (values-shaped, broadcastable by torch), the result's
+    partition and its axis names.
+    """
+    if isinstance(a, RaggedArray) and isinstance(b, RaggedArray):
+        if a.axes is not None and b.axes is not None:
+            return _align_named(func, a, b)
+        partition = same_partition(func, a, b)
+        if a.ndim != b.ndim:
+            raise ValueError(
+                f"{func}: ragged operands of {a.ndim} and {b.ndim} axes would line their ragged "
+                f"axes up with dense ones ({_shape_text(a)} vs {_shape_text(b)}); add size-1 "
+                f"inner axes with x[..., None] or name the axes."
+            )
+        _check_inner(func, a.inner_shape, b.inner_shape, a, b)
+        return a.values, b.values, partition, a.axes if a.axes is not None else b.axes
+    if isinstance(a, RaggedArray):
+        dense = _align_dense(func, a, b)
+        return a.values, dense, a.partition, a.axes
+    dense = _align_dense(func, b, a)
+    return dense, b.values, b.partition, b.axes
+
+
+def _check_inner(func: str, a: Any, b: Any, x: RaggedArray, y: Any) -> None:
+    try:
+        torch.broadcast_shapes(tuple(a), tuple(b))
+    except RuntimeError:
+        other = _shape_text(y) if isinstance(y, RaggedArray) else tuple(y.shape)
+        raise ValueError(
+            f"{func}: inner shapes {tuple(a)} and {tuple(b)} do not broadcast "
+            f"({_shape_text(x)} vs {other})."
+        ) from None
+
+
+def _align_dense(func: str, x: RaggedArray, other: Any) -> Any:
+    """A dense operand against a RaggedArray, positionally (or by name when both are named)."""
+    if not isinstance(other, Tensor):
+        if isinstance(other, (int, float, bool, complex)):
+            return other
+        raise TypeError(
+            f"{func}: `other` must be a RaggedArray, Tensor or number, got {type(other).__name__}."
+        )
+    if x.axes is not None and other.dim() and any(n is not None for n in other.names):
+        return _align_named_dense(func, x, other)
+    inner = x.values.dim() - 1
+    rank = other.dim()
+    if rank <= inner:
+        _check_inner(func, x.inner_shape, other.shape, x, other)
+        return other
+    if rank > x.ndim:
+        raise ValueError(
+            f"{func}: `other` of shape {tuple(other.shape)} has more axes than {_shape_text(x)}."
+        )
+    # `other` reaches into the batch/ragged axes: every ragged axis it meets must be size 1.
+    lead = rank - inner  # how many of x's leading (batch + ragged) axes it covers
+    first = x.ndim - rank  # x's axis lined up with other's axis 0
+    for k in range(lead):
+        axis = first + k
+        if axis >= 1 and other.shape[k] != 1:
+            raise ValueError(
+                f"{func}: `other` of shape {tuple(other.shape)} lines up its axis {k} with the "
+                f"ragged axis {axis} of {_shape_text(x)}, which needs size 1; for a per-segment "
+                f"operand write other[:, None, ...] (shape (B, 1, ...)), or name the axes of both "
+                f"operands."
+            )
+    _check_inner(func, x.inner_shape, other.shape[lead:], x, other)
+    squeezed = other.reshape(other.shape[0] if first == 0 else 1, *other.shape[lead:])
+    if first > 0 or squeezed.shape[0] == 1:
+        return squeezed[0]
+    if squeezed.shape[0] != x.num_segments:
+        raise ValueError(
+            f"{func}: `other` of shape {tuple(other.shape)} has {squeezed.shape[0]} entries on the "
+            f"batch axis of {_shape_text(x)}, expected {x.num_segments} or 1."
+        )
+    return squeezed.index_select(0, x.partition.segment_ids())
+
+
+def _mismatch(func: str, a: Any, b: Any, why: str) -> ValueError:
+    def describe(t: Any) -> str:
+        if isinstance(t, RaggedArray):
+            return f"{t.axes} {_shape_text(t)}"
+        return f"{t.names} {tuple(t.shape)}"
+
+    return ValueError(f"{func}: {why}: {describe(a)} vs {describe(b)}.")
+
+
+def _align_named(func: str, a: RaggedArray, b: RaggedArray) -> Aligned:
+    a_axes, b_axes = a.axes or (), b.axes or ()
+    nr = a.ragged_ndim
+    if b.ragged_ndim != nr or a_axes[: 1 + nr] != b_axes[: 1 + nr]:
+        raise _mismatch(func, a, b, "the batch and ragged axes must have the same names")
+    partition = same_partition(func, a, b)
+    a_inner, b_inner = a_axes[1 + nr :], b_axes[1 + nr :]
+    extra = tuple(n for n in b_inner if n not in a_inner)
+    if any(n in a_axes[: 1 + nr] for n in extra):
+        raise _mismatch(func, a, b, "an inner axis of one operand is a ragged axis of the other")
+    result_inner = a_inner + extra
+    a_values = a.values.reshape(*a.values.shape, *[1] * len(extra))
+    b_values = _to_layout(b.values, b_inner, result_inner, leading=1)
+    for name in set(a_inner) & set(b_inner):
+        sa = a.values.shape[1 + a_inner.index(name)]
+        sb = b.values.shape[1 + b_inner.index(name)]
+        if sa != sb and 1 not in (sa, sb):
+            raise _mismatch(func, a, b, f"axis {name!r} has sizes {sa} and {sb}")
+    return a_values, b_values, partition, a_axes[: 1 + nr] + result_inner
+
+
+def _to_layout(t: Tensor, names: tuple[Any, ...], target: tuple[str, ...], leading: int) -> Tensor:
+    """Permute ``t``'s named trailing axes into ``target`` order, size 1 where absent."""
+    order = [names.index(n) + leading for n in target if n in names]
+    t = t.permute(*range(leading), *order)
+    shape = list(t.shape[:leading])
+    it = iter(t.shape[leading:])
+    for n in target:
+        shape.append(next(it) if n in names else 1)
+    return t.reshape(shape)
+
+
+def _align_named_dense(func: str, x: RaggedArray, other: Tensor) -> Tensor:
+    """A torch named tensor against a named RaggedArray: align by name.
+
+    Its axes must be axes of ``x``: the batch axis (size ``B`` or 1), inner axes, and ragged axes
+    only with size 1. Axes of ``x`` it lacks broadcast.
+    """
+    names = other.names
+    axes = x.axes or ()
+    ragged_names = axes[1 : 1 + x.ragged_ndim]
+    if any(n is None for n in names):
+        raise _mismatch(func, x, other, "a named tensor operand must name all its axes")
+    unknown = [n for n in names if n not in axes]
+    if unknown:
+        raise _mismatch(func, x, other, f"axes {unknown} are not axes of the ragged operand")
+    plain = other.rename(None)
+    spans = [i for i, n in enumerate(names) if n in ragged_names]
+    if any(plain.shape[i] != 1 for i in spans):
+        raise _mismatch(func, x, other, "a dense operand cannot span a ragged axis (size 1 only)")
+    plain = plain.squeeze(tuple(spans)) if spans else plain
+    kept = tuple(n for n in names if n not in ragged_names)
+    lead = axes[:1] if axes[0] in kept else ()
+    laid = _to_layout(plain, kept, lead + axes[1 + x.ragged_ndim :], leading=0)
+    if not lead:
+        return laid
+    if laid.shape[0] not in (1, x.num_segments):
+        raise _mismatch(func, x, other, f"batch axis {axes[0]!r} has size {laid.shape[0]}")
+    return laid[0] if laid.shape[0] == 1 else laid.index_select(0, x.partition.segment_ids())

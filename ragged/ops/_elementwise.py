@@ -1,0 +1,265 @@
+"""Elementwise ops: Python operators, ``where`` and ``apply`` for any torch pointwise function.
+
+Axis rule: **keep all**. The result has the partition (the same object) of its ragged
+operand(s) and their axis names; operands line up as described in ``ragged._broadcast``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._array import RaggedArray
+from .._broadcast import align, same_partition
+
+__all__ = [
+    "abs",
+    "add",
+    "apply",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
+    "divide",
+    "eq",
+    "floor_divide",
+    "ge",
+    "gt",
+    "le",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "lt",
+    "maximum",
+    "minimum",
+    "multiply",
+    "ne",
+    "negative",
+    "power",
+    "remainder",
+    "subtract",
+    "where",
+]
+
+_SCALARS = (int, float, bool, complex)
+
+
+def binary(func: str, op: Callable[[Any, Any], Tensor], x: Any, y: Any) -> RaggedArray:
+    """Apply a torch binary op to two operands, at least one of them a RaggedArray."""
+    if type(x) is RaggedArray:
+        if type(y) is RaggedArray:
+            if (
+                y.partition is x.partition
+                and y.axes == x.axes
+                and y.values.shape[1:] == x.values.shape[1:]
+            ):
+                return RaggedArray(op(x.values, y.values), x.partition, x.axes)
+        elif isinstance(y, _SCALARS):
+            return RaggedArray(op(x.values, y), x.partition, x.axes)
+    elif type(y) is RaggedArray and isinstance(x, _SCALARS):
+        # torch ops take a number second only; a 0-d tensor promotes like a number.
+        left = torch.as_tensor(x, device=y.values.device)
+        return RaggedArray(op(left, y.values), y.partition, y.axes)
+    if not isinstance(x, RaggedArray) and not isinstance(y, RaggedArray):
+        raise TypeError(
+            f"{func}: one operand must be a RaggedArray, got {type(x).__name__} and {type(y).__name__}."
+        )
+    a, b, partition, axes = align(func, x, y)
+    return RaggedArray(op(a, b), partition, axes)
+
+
+def _unary(func: str, op: Callable[[Tensor], Tensor], x: Any) -> RaggedArray:
+    if not isinstance(x, RaggedArray):
+        raise TypeError(f"{func}: `x` must be a RaggedArray, got {type(x).__name__}.")
+    return RaggedArray(op(x.values), x.partition, x.axes)
+
+
+def _binary_op(
+    name: str, op: Callable[[Any, Any], Tensor], symbol: str, example: tuple[str, str, str]
+) -> Callable[[Any, Any], RaggedArray]:
+    func = f"ragged.{name}"
+
+    def fn(x: Any, y: Any) -> RaggedArray:
+        return binary(func, op, x, y)
+
+    data, other, result = example
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"""Elementwise ``{symbol}`` (``torch.{op.__name__}``) with ragged broadcasting.
+
+    At least one operand is a RaggedArray; the other may be a RaggedArray with the same
+    partition, a dense tensor that broadcasts (see :mod:`ragged._broadcast`) or a number.
+
+    >>> import ragged, torch
+    >>> ragged.{name}(ragged.array({data}), {other}).to_list()
+    {result}
+    """
+    return fn
+
+
+def _scalars_as_tensors(op: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Any, Any], Tensor]:
+    """For torch ops that take tensors only: numbers become 0-d tensors on the other's device."""
+
+    def wrapped(a: Any, b: Any) -> Tensor:
+        like = a if isinstance(a, Tensor) else b
+        if not isinstance(a, Tensor):
+            a = torch.as_tensor(a, device=like.device)
+        if not isinstance(b, Tensor):
+            b = torch.as_tensor(b, device=like.device)
+        return op(a, b)
+
+    wrapped.__name__ = op.__name__
+    return wrapped
+
+
+_F = "[[1.0, 2.0], [3.0]]"
+_I = "[[6, 7], [-5]]"
+_B = "[[True, False], [True]]"
+add = _binary_op("add", torch.add, "x + y", (_F, "1.0", "[[2.0, 3.0], [4.0]]"))
+subtract = _binary_op("subtract", torch.sub, "x - y", (_F, "1.0", "[[0.0, 1.0], [2.0]]"))
+multiply = _binary_op("multiply", torch.mul, "x * y", (_F, "2.0", "[[2.0, 4.0], [6.0]]"))
+divide = _binary_op("divide", torch.true_divide, "x / y", (_F, "2.0", "[[0.5, 1.0], [1.5]]"))
+floor_divide = _binary_op("floor_divide", torch.floor_divide, "x // y", (_I, "4", "[[1, 1], [-2]]"))
+remainder = _binary_op("remainder", torch.remainder, "x % y", (_I, "4", "[[2, 3], [3]]"))
+power = _binary_op("power", torch.pow, "x ** y", (_F, "2.0", "[[1.0, 4.0], [9.0]]"))
+maximum = _binary_op(
+    "maximum", _scalars_as_tensors(torch.maximum), "max(x, y)", (_F, "2.0", "[[2.0, 2.0], [3.0]]")
+)
+minimum = _binary_op(
+    "minimum", _scalars_as_tensors(torch.minimum), "min(x, y)", (_F, "2.0", "[[1.0, 2.0], [2.0]]")
+)
+eq = _binary_op("eq", torch.eq, "x == y", (_F, "2.0", "[[False, True], [False]]"))
+ne = _binary_op("ne", torch.ne, "x != y", (_F, "2.0", "[[True, False], [True]]"))
+lt = _binary_op("lt", torch.lt, "x < y", (_F, "2.0", "[[True, False], [False]]"))
+le = _binary_op("le", torch.le, "x <= y", (_F, "2.0", "[[True, True], [False]]"))
+gt = _binary_op("gt", torch.gt, "x > y", (_F, "2.0", "[[False, False], [True]]"))
+ge = _binary_op("ge", torch.ge, "x >= y", (_F, "2.0", "[[False, True], [True]]"))
+logical_and = _binary_op(
+    "logical_and",
+    _scalars_as_tensors(torch.logical_and),
+    "x and y",
+    (_B, "False", "[[False, False], [False]]"),
+)
+logical_or = _binary_op(
+    "logical_or",
+    _scalars_as_tensors(torch.logical_or),
+    "x or y",
+    (_B, "False", "[[True, False], [True]]"),
+)
+logical_xor = _binary_op(
+    "logical_xor",
+    _scalars_as_tensors(torch.logical_xor),
+    "x xor y",
+    (_B, "True", "[[False, True], [False]]"),
+)
+bitwise_and = _binary_op("bitwise_and", torch.bitwise_and, "x & y", (_I, "3", "[[2, 3], [3]]"))
+bitwise_or = _binary_op("bitwise_or", torch.bitwise_or, "x | y", (_I, "1", "[[7, 7], [-5]]"))
+bitwise_xor = _binary_op("bitwise_xor", torch.bitwise_xor, "x ^ y", (_I, "1", "[[7, 6], [-6]]"))
+
+
+def negative(x: RaggedArray) -> RaggedArray:
+    """Elementwise ``-x``.
+
+    >>> import ragged
+    >>> ragged.negative(ragged.array([[1, -2], [3]])).to_list()
+    [[-1, 2], [-3]]
+    """
+    return _unary("ragged.negative", torch.neg, x)
+
+
+def abs(x: RaggedArray) -> RaggedArray:
+    """Elementwise absolute value.
+
+    >>> import ragged
+    >>> ragged.abs(ragged.array([[1, -2], [-3]])).to_list()
+    [[1, 2], [3]]
+    """
+    return _unary("ragged.abs", torch.abs, x)
+
+
+def bitwise_not(x: RaggedArray) -> RaggedArray:
+    """Elementwise ``~x`` (logical not for bool).
+
+    >>> import ragged
+    >>> ragged.bitwise_not(ragged.array([[True, False], []])).to_list()
+    [[False, True], []]
+    """
+    return _unary("ragged.bitwise_not", torch.bitwise_not, x)
+
+
+def logical_not(x: RaggedArray) -> RaggedArray:
+    """Elementwise logical not (any dtype; zero is false).
+
+    >>> import ragged
+    >>> ragged.logical_not(ragged.array([[0, 2], [1]])).to_list()
+    [[True, False], [False]]
+    """
+    return _unary("ragged.logical_not", torch.logical_not, x)
+
+
+def where(condition: Any, x: Any, y: Any) -> RaggedArray:
+    """Elementwise ``x if condition else y``; any argument may be dense or a number.
+
+    Operands line up pairwise as for binary ops; the result takes the partition of the ragged
+    operands.
+
+    >>> import ragged, torch
+    >>> x = ragged.array([[1.0, -2.0], [3.0]])
+    >>> ragged.where(x > 0, x, 0.0).to_list()
+    [[1.0, 0.0], [3.0]]
+    """
+    func = "ragged.where"
+    ragged_args = [a for a in (condition, x, y) if isinstance(a, RaggedArray)]
+    if not ragged_args:
+        raise TypeError(f"{func}: one of `condition`, `x`, `y` must be a RaggedArray.")
+    first = ragged_args[0]
+    for other in ragged_args[1:]:
+        if other.partition is not first.partition:
+            same_partition(func, first, other)
+    parts = [_as_values(func, a, first) for a in (condition, x, y)]
+    return RaggedArray(torch.where(*parts), first.partition, first.axes)
+
+
+def _as_values(func: str, a: Any, like: RaggedArray) -> Any:
+    if isinstance(a, RaggedArray):
+        return a.values
+    if isinstance(a, Tensor):
+        return align(func, like, a)[1]
+    return a
+
+
+def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RaggedArray:
+    """Apply a pointwise torch function to the values of RaggedArrays.
+
+    ``fn`` is called with every RaggedArray argument replaced by its values (dense tensors
+    line up by the broadcasting rules against the first RaggedArray); it must return a tensor
+    with one row per value row. For row-wise functions (``nn.Module``s, feature maps) see
+    :func:`ragged.map`.
+
+    >>> import ragged, torch
+    >>> x = ragged.array([[0.0, 1.0], [2.0]])
+    >>> ragged.apply(torch.square, x).to_list()
+    [[0.0, 1.0], [4.0]]
+    >>> ragged.apply(torch.clamp, x, min=0.5).to_list()
+    [[0.5, 1.0], [2.0]]
+    """
+    func = "ragged.apply"
+    ragged_args = [a for a in args if isinstance(a, RaggedArray)]
+    if not ragged_args:
+        raise TypeError(f"{func}: at least one positional argument must be a RaggedArray.")
+    first = ragged_args[0]
+    for other in ragged_args[1:]:
+        if other.partition is not first.partition:
+            same_partition(func, first, other)
+    values = [_as_values(func, a, first) for a in args]
+    out = fn(*values, **kwargs)
+    if not isinstance(out, Tensor) or out.dim() == 0 or out.shape[0] != first.values.shape[0]:
+        got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
+        raise ValueError(
+            f"{func}: `fn` must return one row per value row ({first.values.shape[0]}), got {got}."
+        )
+    names = first.axes if out.dim() == first.values.dim() else None
+    return RaggedArray(out, first.partition, names)

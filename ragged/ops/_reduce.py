@@ -1,0 +1,687 @@
+"""Reductions: over the ragged axis, over inner axes, or over everything.
+
+Axis rules (``ragged._axes``): reducing the ragged axis **consumes** it (the result is a dense
+``(B, *inner)`` tensor); reducing only inner axes **keeps** the partition (a RaggedArray);
+reducing the batch axis alone is an error (segments have different lengths, so there is no
+common ragged row to reduce into); reducing batch and ragged axes together is a **global**
+reduction over all values (a dense tensor of the remaining inner axes). ``axis=None`` reduces
+everything. ``keepdims=True`` keeps reduced axes as size 1, so ``(B, 1, *inner)`` for the ragged
+axis, which broadcasts back against the input.
+
+Empty segments get the reduction's identity where it has one (sum 0, prod 1, max -inf, min
++inf, logsumexp -inf, any False, all True, count_nonzero 0, norm 0) and NaN where it has none
+(mean, var, std); argmax/argmin give -1. ``fill_value=`` overrides. No gradient is ever NaN for
+a non-empty segment because of an empty one: per-segment results only flow back to their own
+rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._array import RaggedArray
+from .._axes import normalize_axis
+from .._errors import type_error, value_error
+from ._segment import Segments, gather, segment_amax, segment_amin, segment_prod, segment_sum
+
+__all__ = [
+    "all",
+    "amax",
+    "amin",
+    "any",
+    "argmax",
+    "argmin",
+    "count",
+    "count_nonzero",
+    "logsumexp",
+    "max",
+    "mean",
+    "min",
+    "norm",
+    "prod",
+    "std",
+    "sum",
+    "var",
+]
+
+Axis = int | str | Sequence[int | str] | None
+SegmentFn = Callable[[Tensor, Segments], Tensor]
+DenseFn = Callable[[Tensor, tuple[int, ...], bool], Tensor]
+
+
+def ragged_segments(x: RaggedArray) -> Segments:
+    """The row groups of a reduction over the (innermost) ragged axis of a one-level array."""
+    level = x.partition.levels[-1]
+    return Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
+
+
+def _normalize_axes(func: str, x: RaggedArray, axis: Axis) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(x.ndim))
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    axes = tuple(sorted({normalize_axis(func, x, a) for a in items}))
+    if len(axes) != len(items):
+        raise value_error(func, "axis", "must not repeat an axis", repr(axis))
+    return axes
+
+
+def _fold(values: Tensor, dims: tuple[int, ...], segments: Segments) -> tuple[Tensor, Segments]:
+    """Move reduced inner ``dims`` of ``values`` into the row axis (each row becomes several)."""
+    rest = [d for d in range(1, values.dim()) if d not in dims]
+    moved = values.permute(0, *dims, *rest)
+    factor = 1
+    for d in dims:
+        factor *= values.shape[d]
+    rows = moved.reshape(values.shape[0] * factor, *[values.shape[d] for d in rest])
+    ids = segments.ids[:, None].expand(values.shape[0], factor).reshape(-1)
+    return rows, Segments(ids, segments.num, segments.counts * factor, None)
+
+
+def _fill_empty(out: Tensor, counts: Tensor, fill: Any) -> Tensor:
+    empty = (counts == 0).view(-1, *[1] * (out.dim() - 1))
+    return torch.where(empty, torch.as_tensor(fill, dtype=out.dtype, device=out.device), out)
+
+
+def reduce(
+    func: str,
+    x: RaggedArray,
+    axis: Axis,
+    keepdims: bool,
+    fill_value: Any,
+    *,
+    segment_fn: SegmentFn,
+    dense_fn: DenseFn,
+    empty: Any,
+    kernel_fills: bool = True,
+) -> Tensor | RaggedArray:
+    """Drive a reduction: pick the case from ``axis`` and apply the matching kernel.
+
+    Args:
+        func: public name, for errors.
+        segment_fn: ``(rows, segments) -> [num, *rest]``, the reduction over the ragged axis.
+        dense_fn: ``(tensor, dims, keepdim) -> tensor``, the reduction over dense dims; it must
+            handle zero rows.
+        empty: default result for an empty segment (``fill_value`` overrides it).
+        kernel_fills: ``segment_fn`` already gives ``empty`` for empty segments.
+    """
+    if not isinstance(x, RaggedArray):
+        raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    if not isinstance(keepdims, bool):
+        raise type_error(func, "keepdims", "must be a bool", type(keepdims).__name__)
+    axes = _normalize_axes(func, x, axis)
+    nr = x.ragged_ndim
+    ragged = [a for a in axes if 1 <= a <= nr]
+    inner = tuple(a - nr for a in axes if a > nr)  # dims of `values`
+    if 0 in axes and len(ragged) != nr:
+        raise value_error(
+            func,
+            "axis",
+            "cannot reduce the batch axis without the ragged axis: segments have different "
+            "lengths, so there is no common row to reduce into (reduce axes (0, 1) together for "
+            "a global reduction, or the ragged axis 1 first)",
+            repr(axis),
+        )
+    if not ragged:
+        out = dense_fn(x.values, inner, keepdims)
+        names = x.axes
+        if names is not None and not keepdims:
+            names = tuple(n for i, n in enumerate(names) if i - nr not in inner)
+        return RaggedArray(out, x.partition, names)
+    if nr > 1:
+        raise NotImplementedError(f"{func}: reductions over ragged axes of multi-level arrays.")
+    values = x.values
+    if 0 in axes:
+        if values.shape[0]:
+            return _keep(dense_fn(values, (0, *inner), False), x, inner, keepdims, batch=True)
+        # No values at all: one empty group gives the empty result with the right dtype.
+        none = values.new_zeros(0, dtype=torch.int64)
+        segments = Segments(none, 1, none.new_zeros(1), none.new_zeros(2))
+    else:
+        segments = ragged_segments(x)
+    if inner:
+        values, segments = _fold(values, inner, segments)
+    out = segment_fn(values, segments)
+    if fill_value is not None or not kernel_fills:
+        out = _fill_empty(out, segments.counts, empty if fill_value is None else fill_value)
+    if 0 in axes:
+        out = out[0]
+    return _keep(out, x, inner, keepdims, batch=0 in axes)
+
+
+def _keep(
+    out: Tensor, x: RaggedArray, inner: tuple[int, ...], keepdims: bool, batch: bool
+) -> Tensor:
+    if not keepdims:
+        return out
+    sizes = [1 if d in inner else s for d, s in enumerate(x.values.shape[1:], 1)]
+    return out.reshape(1 if batch else x.num_segments, *[1] * x.ragged_ndim, *sizes)
+
+
+def _float_only(func: str, x: RaggedArray) -> None:
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        raise type_error(func, "x", "must have a floating-point dtype", x.dtype)
+
+
+# --- sum, mean, prod --------------------------------------------------------------------------
+
+
+def _promoted(values: Tensor) -> Tensor:
+    """Integer and bool sums accumulate in int64, as torch.sum does."""
+    if values.dtype == torch.bool or not (values.is_floating_point() or values.is_complex()):
+        return values.to(torch.int64)
+    return values
+
+
+def sum(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Sum over ``axis`` (int, name or tuple; ``None``: everything).
+
+    Args:
+        x: the array.
+        axis: axes to reduce; see the module docstring for the rules.
+        keepdims: keep reduced axes as size 1.
+        fill_value: result for empty segments (default 0).
+
+    Returns:
+        A dense tensor when the ragged axis is reduced, else a RaggedArray.
+
+    >>> import ragged
+    >>> x = ragged.array([[1.0, 2.0], [], [3.0]])
+    >>> ragged.sum(x, axis=1)
+    tensor([3., 0., 3.])
+    >>> ragged.sum(x, axis=1, fill_value=-1.0)
+    tensor([ 3., -1.,  3.])
+    >>> ragged.sum(x)
+    tensor(6.)
+    """
+    return reduce(
+        "ragged.sum",
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=lambda v, s: segment_sum(_promoted(v), s),
+        dense_fn=lambda v, d, k: torch.sum(v, d, keepdim=k),
+        empty=0,
+    )
+
+
+def mean(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Arithmetic mean over ``axis``; empty segments give NaN (or ``fill_value``).
+
+    >>> import ragged
+    >>> ragged.mean(ragged.array([[1.0, 2.0], [], [3.0]]), axis=1)
+    tensor([1.5000,    nan, 3.0000])
+    """
+    func = "ragged.mean"
+    _float_only(func, x)
+
+    def segment_fn(v: Tensor, s: Segments) -> Tensor:
+        total = segment_sum(v, s)
+        count = s.counts.clamp_min(1).view(-1, *[1] * (v.dim() - 1)).to(total.dtype)
+        return total / count
+
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=segment_fn,
+        dense_fn=lambda v, d, k: torch.mean(v, d, keepdim=k),
+        empty=float("nan"),
+        kernel_fills=False,
+    )
+
+
+def prod(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Product over ``axis``; empty segments give 1.
+
+    >>> import ragged
+    >>> ragged.prod(ragged.array([[2.0, 3.0], [], [4.0]]), axis=1)
+    tensor([6., 1., 4.])
+    """
+
+    def dense_fn(v: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
+        v = _promoted(v)
+        for d in sorted(dims, reverse=True):
+            v = torch.prod(v, d, keepdim=keep)
+        return v
+
+    return reduce(
+        "ragged.prod",
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=lambda v, s: segment_prod(_promoted(v), s),
+        dense_fn=dense_fn,
+        empty=1,
+    )
+
+
+# --- max, min ---------------------------------------------------------------------------------
+
+
+def _highest(dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return True
+    if dtype.is_floating_point:
+        return float("inf")
+    return torch.iinfo(dtype).max
+
+
+def _lowest(dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return False
+    if dtype.is_floating_point:
+        return float("-inf")
+    return torch.iinfo(dtype).min
+
+
+def _extreme(
+    func: str, x: RaggedArray, axis: Axis, keepdims: bool, fill_value: Any, largest: bool
+) -> Any:
+    if not isinstance(x, RaggedArray):
+        raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    empty = _lowest(x.dtype) if largest else _highest(x.dtype)
+    kernel = segment_amax if largest else segment_amin
+    dense = torch.amax if largest else torch.amin
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=lambda v, s: kernel(v, s, empty),
+        dense_fn=lambda v, d, k: dense(v, d, keepdim=k),
+        empty=empty,
+    )
+
+
+def amax(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Maximum over ``axis``; empty segments give ``-inf`` (the dtype's minimum for integers).
+
+    Gradient: split evenly among the elements that attain the maximum (as ``torch.amax``).
+
+    >>> import ragged
+    >>> ragged.amax(ragged.array([[1.0, 5.0], [], [3.0]]), axis=1)
+    tensor([5., -inf, 3.])
+    """
+    return _extreme("ragged.amax", x, axis, keepdims, fill_value, largest=True)
+
+
+def amin(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Minimum over ``axis``; empty segments give ``+inf`` (the dtype's maximum for integers).
+
+    >>> import ragged
+    >>> ragged.amin(ragged.array([[1.0, 5.0], [], [3.0]]), axis=1)
+    tensor([1., inf, 3.])
+    """
+    return _extreme("ragged.amin", x, axis, keepdims, fill_value, largest=False)
+
+
+def max(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Maximum over ``axis``: the same as :func:`amax` (values only, as ``jnp.max``).
+
+    >>> import ragged
+    >>> ragged.max(ragged.array([[1, 5], [3]]), axis=1)
+    tensor([5, 3])
+    """
+    return _extreme("ragged.max", x, axis, keepdims, fill_value, largest=True)
+
+
+def min(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Minimum over ``axis``: the same as :func:`amin`.
+
+    >>> import ragged
+    >>> ragged.min(ragged.array([[1, 5], [3]]), axis=1)
+    tensor([1, 3])
+    """
+    return _extreme("ragged.min", x, axis, keepdims, fill_value, largest=False)
+
+
+# --- logsumexp, var, std, norm ----------------------------------------------------------------
+
+
+def logsumexp(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """``log(sum(exp(x)))`` over ``axis``, stably; empty segments give ``-inf``.
+
+    >>> import ragged
+    >>> ragged.logsumexp(ragged.array([[0.0, 0.0], [], [1.0]]), axis=1)
+    tensor([0.6931,   -inf, 1.0000])
+    """
+    func = "ragged.logsumexp"
+    _float_only(func, x)
+
+    def segment_fn(v: Tensor, s: Segments) -> Tensor:
+        peak = segment_amax(v.detach(), s, 0.0)
+        peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+        return segment_sum((v - gather(peak, s)).exp(), s).log() + peak
+
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=segment_fn,
+        dense_fn=lambda v, d, k: torch.logsumexp(v, d, keepdim=k),
+        empty=float("-inf"),
+    )
+
+
+def var(
+    x: RaggedArray,
+    axis: Axis = None,
+    *,
+    correction: int | float = 1,
+    keepdims: bool = False,
+    fill_value: Any = None,
+) -> Any:
+    """Variance over ``axis`` with Bessel's ``correction`` (1: sample variance, 0: population).
+
+    Two passes (mean, then squared deviations), so it is exact for large offsets. Empty
+    segments give NaN, and so do segments with ``length <= correction`` (as ``torch.var``).
+
+    >>> import ragged
+    >>> ragged.var(ragged.array([[1.0, 3.0], [], [2.0]]), axis=1)
+    tensor([2., nan, nan])
+    >>> ragged.var(ragged.array([[1.0, 3.0], [], [2.0]]), axis=1, correction=0)
+    tensor([1., nan, 0.])
+    """
+    func = "ragged.var"
+    _float_only(func, x)
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=lambda v, s: _segment_var(v, s, correction),
+        dense_fn=lambda v, d, k: _dense_var(v, d, k, correction),
+        empty=float("nan"),
+    )
+
+
+def _segment_var(v: Tensor, s: Segments, correction: int | float) -> Tensor:
+    count = s.counts.view(-1, *[1] * (v.dim() - 1)).to(v.dtype)
+    centre = segment_sum(v, s) / count.clamp_min(1)
+    squares = segment_sum((v - gather(centre, s)).square(), s)
+    dof = count - correction
+    return torch.where(dof > 0, squares / dof.clamp_min(1e-30), torch.nan)
+
+
+def _dense_var(v: Tensor, dims: tuple[int, ...], keep: bool, correction: int | float) -> Tensor:
+    """``torch.var`` without its warning on too few values (NaN there, as torch returns)."""
+    count = 1
+    for d in dims:
+        count *= v.shape[d]
+    squares = (v - v.mean(dims, keepdim=True)).square().sum(dims, keepdim=keep)
+    dof = count - correction
+    return squares / dof if dof > 0 else torch.full_like(squares, torch.nan)
+
+
+def std(
+    x: RaggedArray,
+    axis: Axis = None,
+    *,
+    correction: int | float = 1,
+    keepdims: bool = False,
+    fill_value: Any = None,
+) -> Any:
+    """Standard deviation over ``axis``: ``sqrt(var(x, axis, correction=correction))``.
+
+    Where the variance is 0 (a constant or one-element segment) the gradient is 0, not NaN as
+    for ``torch.std``.
+
+    >>> import ragged
+    >>> ragged.std(ragged.array([[1.0, 3.0], [2.0]]), axis=1, correction=0)
+    tensor([1., 0.])
+    """
+    func = "ragged.std"
+    _float_only(func, x)
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=lambda v, s: _safe_root(_segment_var(v, s, correction), 2.0),
+        dense_fn=lambda v, d, k: _safe_root(_dense_var(v, d, k, correction), 2.0),
+        empty=float("nan"),
+    )
+
+
+def _safe_root(total: Tensor, p: float) -> Tensor:
+    """``total ** (1/p)`` with a zero (not NaN) gradient where ``total`` is 0 (NaN stays NaN)."""
+    positive = total > 0
+    root = torch.where(positive, torch.where(positive, total, 1.0) ** (1.0 / p), 0.0)
+    return torch.where(torch.isnan(total), total, root)
+
+
+def norm(
+    x: RaggedArray,
+    ord: float = 2,
+    axis: Axis = None,
+    *,
+    keepdims: bool = False,
+    fill_value: Any = None,
+) -> Any:
+    """Vector ``ord``-norm over ``axis`` (as ``torch.linalg.vector_norm``); empty segments give 0.
+
+    The gradient at a zero vector is 0, as in ``torch.linalg.vector_norm``.
+
+    >>> import ragged
+    >>> x = ragged.array([[3.0, -4.0], [], [1.0]])
+    >>> ragged.norm(x, axis=1), ragged.norm(x, 1, axis=1), ragged.norm(x, float("inf"), axis=1)
+    (tensor([5., 0., 1.]), tensor([7., 0., 1.]), tensor([4., 0., 1.]))
+    """
+    func = "ragged.norm"
+    _float_only(func, x)
+    if not isinstance(ord, (int, float)) or isinstance(ord, bool):
+        raise type_error(func, "ord", "must be a number", type(ord).__name__)
+    p = float(ord)
+
+    def segment_fn(v: Tensor, s: Segments) -> Tensor:
+        magnitude = v.abs()
+        if p == float("inf"):
+            return segment_amax(magnitude, s, 0.0)
+        if p == float("-inf"):
+            return segment_amin(magnitude, s, 0.0)
+        if p == 0:
+            return segment_sum((v != 0).to(v.dtype), s)
+        if p == 1:
+            return segment_sum(magnitude, s)
+        if p == 2:
+            return _safe_root(segment_sum(v.square(), s), 2.0)
+        return _safe_root(segment_sum(magnitude**p, s), p)
+
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=segment_fn,
+        dense_fn=lambda v, d, k: torch.linalg.vector_norm(v, p, d, keepdim=k),
+        empty=0.0,
+    )
+
+
+# --- boolean and counting ---------------------------------------------------------------------
+
+
+def any(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Whether any element is nonzero over ``axis``; empty segments give False.
+
+    >>> import ragged
+    >>> ragged.any(ragged.array([[0, 2], [], [0]]), axis=1)
+    tensor([ True, False, False])
+    """
+    return reduce(
+        "ragged.any",
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=lambda v, s: segment_sum((v != 0).to(torch.int32), s) > 0,
+        dense_fn=lambda v, d, k: _dense_bool(torch.any, v, d, k),
+        empty=False,
+    )
+
+
+def all(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Whether every element is nonzero over ``axis``; empty segments give True.
+
+    >>> import ragged
+    >>> ragged.all(ragged.array([[1, 2], [], [0]]), axis=1)
+    tensor([ True,  True, False])
+    """
+
+    def segment_fn(v: Tensor, s: Segments) -> Tensor:
+        zeros = segment_sum((v == 0).to(torch.int32), s)
+        return zeros == 0
+
+    return reduce(
+        "ragged.all",
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=segment_fn,
+        dense_fn=lambda v, d, k: _dense_bool(torch.all, v, d, k),
+        empty=True,
+    )
+
+
+def _dense_bool(op: Callable[..., Tensor], v: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
+    out = v != 0
+    for d in sorted(dims, reverse=True):
+        out = op(out, d, keepdim=keep)
+    return out
+
+
+def count_nonzero(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Number of nonzero elements over ``axis`` (int64).
+
+    >>> import ragged
+    >>> ragged.count_nonzero(ragged.array([[0, 2, 3], [], [0]]), axis=1)
+    tensor([2, 0, 0])
+    """
+    return reduce(
+        "ragged.count_nonzero",
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=lambda v, s: segment_sum((v != 0).to(torch.int64), s),
+        dense_fn=lambda v, d, k: torch.sum(v != 0, d, keepdim=k),
+        empty=0,
+    )
+
+
+def count(x: RaggedArray) -> Tensor:
+    """Number of rows of each segment: the lengths of the first ragged axis, int64 ``[B]``.
+
+    >>> import ragged
+    >>> ragged.count(ragged.array([[1, 2], [], [3]]))
+    tensor([2, 0, 1])
+    """
+    if not isinstance(x, RaggedArray):
+        raise type_error("ragged.count", "x", "must be a RaggedArray", type(x).__name__)
+    return x.lengths
+
+
+# --- argmax, argmin ---------------------------------------------------------------------------
+
+
+def _arg(
+    func: str,
+    x: RaggedArray,
+    axis: int | str | None,
+    keepdims: bool,
+    fill_value: Any,
+    largest: bool,
+) -> Any:
+    if not isinstance(x, RaggedArray):
+        raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    pick = torch.argmax if largest else torch.argmin
+    if axis is None:
+        return pick(x.values)  # flat index into values
+    if isinstance(axis, (tuple, list)):
+        raise type_error(func, "axis", "must be one axis (int or name) or None", repr(axis))
+    dim = normalize_axis(func, x, axis)
+    nr = x.ragged_ndim
+    if dim == 0:
+        raise value_error(
+            func, "axis", "cannot be the batch axis (segments differ in length)", axis
+        )
+    if dim > nr:
+        out = pick(x.values, dim - nr, keepdim=keepdims)
+        names = x.axes if keepdims or x.axes is None else x.axes[:dim] + x.axes[dim + 1 :]
+        return RaggedArray(out, x.partition, names)
+    if nr > 1:
+        raise NotImplementedError(f"{func}: over ragged axes of multi-level arrays.")
+    values = x.values.detach()
+    if values.dtype == torch.bool:
+        values = values.to(torch.int8)
+    segments = ragged_segments(x)
+    best = (segment_amax if largest else segment_amin)(values, segments, 0)
+    hit = values == gather(best, segments)
+    positions = x.partition.levels[-1].positions().view(-1, *[1] * (values.dim() - 1))
+    sentinel = torch.iinfo(torch.int64).max
+    candidates = torch.where(hit, positions, sentinel)
+    first = segment_amin(candidates, segments, -1 if fill_value is None else fill_value)
+    return first.unsqueeze(1) if keepdims else first
+
+
+def argmax(
+    x: RaggedArray, axis: int | str | None = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Index of the first maximum along ``axis`` (within each segment for the ragged axis).
+
+    Empty segments give -1 (or ``fill_value``); ``axis=None`` gives a flat index into values.
+
+    >>> import ragged
+    >>> ragged.argmax(ragged.array([[1.0, 5.0, 5.0], [], [3.0]]), axis=1)
+    tensor([ 1, -1,  0])
+    """
+    return _arg("ragged.argmax", x, axis, keepdims, fill_value, largest=True)
+
+
+def argmin(
+    x: RaggedArray, axis: int | str | None = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Index of the first minimum along ``axis``; empty segments give -1.
+
+    >>> import ragged
+    >>> ragged.argmin(ragged.array([[4.0, 1.0, 1.0], [], [3.0]]), axis=1)
+    tensor([ 1, -1,  0])
+    """
+    return _arg("ragged.argmin", x, axis, keepdims, fill_value, largest=False)

@@ -1,0 +1,156 @@
+"""The op table: one record per public op, driving the generic tests and the docs' matrix.
+
+Each :class:`OpInfo` names an op, its per-segment reference, how to build sample inputs, its
+axis rule and which transforms it supports. ``tests/test_optable.py`` runs every entry against
+its reference on hypothesis-drawn partitions (empty segments, zero segments, one segment, one
+long segment, non-contiguous values), in float64, with gradcheck and error inputs;
+``docs/gen_api.py`` renders the support matrix in ``docs/api.md`` from the same records.
+
+The reference semantics: an op is the same torch computation applied to every segment
+separately. For sample arguments, a RaggedArray becomes its segment ``b``, a :class:`PerSegment`
+dense tensor becomes its row ``b``, and anything else is passed unchanged. If the op returns a
+RaggedArray, its segment ``b`` must equal the reference's result for segment ``b``; if it
+returns a dense tensor, its row ``b`` must.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+import ragged
+
+
+@dataclasses.dataclass(frozen=True)
+class PerSegment:
+    """A dense argument whose axis 0 indexes segments (its row ``b`` goes to segment ``b``)."""
+
+    tensor: torch.Tensor
+
+
+@dataclasses.dataclass
+class Sample:
+    """One call: ``op(*args, **kwargs)``. ``name`` tells variants apart in test ids."""
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def call_args(self) -> tuple[Any, ...]:
+        return tuple(a.tensor if isinstance(a, PerSegment) else a for a in self.args)
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorCase:
+    """A bad call and the exact error it must raise."""
+
+    make: Callable[[], Any]
+    error: type[Exception]
+    message: str
+
+
+# A sample builder gets per-segment lengths, a generator, the float dtype to use and a layout
+# ("contiguous", "strided", "transposed"); it returns the op's variants. The variants' kwargs
+# and inner shapes must not depend on the lengths (compile tests rely on it).
+SampleFn = Callable[[list[int], torch.Generator, torch.dtype, str], list[Sample]]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpInfo:
+    """One public op.
+
+    Attributes:
+        name: ``ragged.<name>``.
+        op: the callable under test.
+        reference: ``reference(*segment_args, **kwargs)`` for one segment.
+        samples: builds the variants to test.
+        category: section of the docs' matrix.
+        rule: the axis rule (see ``docs/semantics.md``).
+        grad: differentiable in the floating-point RaggedArray arguments (gradcheck).
+        gradgrad: second derivatives (double backward, hessian).
+        forward_ad: forward-mode AD (jvp, jacfwd).
+        vmap: ``torch.func.vmap`` over a leading batch of values.
+        compile: one graph across batches under ``torch.compile(fullgraph, dynamic)``.
+        data_dependent: the output size depends on the data (a documented host sync).
+        errors: bad calls and their exact messages.
+        atol, rtol: comparison tolerances in float64.
+        variant: tells apart entries of one op (e.g. ``norm`` per ``ord``).
+    """
+
+    name: str
+    op: Callable[..., Any]
+    reference: Callable[..., Any]
+    samples: SampleFn
+    category: str
+    rule: str
+    grad: bool = True
+    gradgrad: bool = True
+    forward_ad: bool = True
+    vmap: bool = True
+    compile: bool = True
+    data_dependent: bool = False
+    errors: Sequence[ErrorCase] = ()
+    atol: float = 1e-9
+    rtol: float = 1e-7
+    variant: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}-{self.variant}" if self.variant else self.name
+
+
+def randn(
+    shape: Sequence[int], generator: torch.Generator, dtype: torch.dtype, layout: str = "contiguous"
+) -> torch.Tensor:
+    """Random values of ``shape``; "strided"/"transposed" layouts are non-contiguous views."""
+    shape = tuple(shape)
+    if layout == "strided" and shape:
+        full = _draw((2 * shape[0], *shape[1:]), generator, dtype)
+        return full[::2]
+    if layout == "transposed" and len(shape) > 1:
+        return _draw(tuple(reversed(shape)), generator, dtype).permute(*reversed(range(len(shape))))
+    return _draw(shape, generator, dtype)
+
+
+def _draw(shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=generator, dtype=dtype)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=generator) > 0.5
+    return torch.randint(-4, 5, shape, generator=generator, dtype=dtype)
+
+
+def ragged_randn(
+    lengths: list[int],
+    inner: Sequence[int],
+    generator: torch.Generator,
+    dtype: torch.dtype,
+    layout: str = "contiguous",
+) -> ragged.RaggedArray:
+    """A RaggedArray with the given lengths and random values."""
+    values = randn((sum(lengths), *inner), generator, dtype, layout)
+    return ragged.from_lengths(values, lengths)
+
+
+def or_empty(
+    fn: Callable[..., torch.Tensor], fill: Any, dtype: torch.dtype | None = None
+) -> Callable[..., torch.Tensor]:
+    """Reference wrapper: ``fn(segment)``, or ``fill`` of the reduced shape for an empty one."""
+
+    def reference(segment: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if segment.shape[0]:
+            return fn(segment, *args, **kwargs)
+        probe = fn(torch.zeros((1, *segment.shape[1:]), dtype=segment.dtype), *args, **kwargs)
+        return torch.full(probe.shape, fill, dtype=dtype or probe.dtype)
+
+    return reference
+
+
+def all_ops() -> list[OpInfo]:
+    """Every entry, from every table module."""
+    from . import elementwise, reductions
+
+    return [*elementwise.OPS, *reductions.OPS]

@@ -1,0 +1,267 @@
+"""Op table entries: reductions (``ragged.ops._reduce``)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+
+import ragged
+
+from . import ErrorCase, OpInfo, Sample, ragged_randn
+
+NAMES = ("batch", "seq", "feat")
+RULE_REDUCE = "remove one (ragged axis: dense result); keep all (inner axes)"
+
+
+def segment_dims(axis: Any) -> tuple[int, ...]:
+    """Array axes of a one-level ``(B, L*, D)`` sample -> dims of one ``(L, D)`` segment."""
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    dims = []
+    for a in items:
+        if isinstance(a, str):
+            a = NAMES.index(a)
+        dims.append(a - 1 if a >= 0 else a + 2)  # segment ndim = array ndim - 1
+    return tuple(sorted(dims))
+
+
+def reduction_reference(fn: Any, empty: Any) -> Any:
+    """Per-segment reference of a reduction ``fn(segment, dims, keepdims, **kw)``."""
+
+    def reference(
+        segment: torch.Tensor,
+        axis: Any = None,
+        keepdims: bool = False,
+        fill_value: Any = None,
+        **kw: Any,
+    ) -> torch.Tensor:
+        dims = segment_dims(axis)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns on var/std with too few values
+            if segment.shape[0] or 0 not in dims:
+                return fn(segment, dims, keepdims, **kw)
+            probe = fn(
+                torch.ones((1, *segment.shape[1:]), dtype=segment.dtype), dims, keepdims, **kw
+            )
+        value = empty if fill_value is None else fill_value
+        return torch.full(probe.shape, value, dtype=probe.dtype)
+
+    return reference
+
+
+def standard_samples(
+    *, fill: Any = -3.0, extra: dict[str, Any] | None = None, inputs: str = "float"
+) -> Any:
+    extra = extra or {}
+
+    def samples(
+        lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str
+    ) -> list[Sample]:
+        if inputs == "float":
+            x = ragged_randn(lengths, (3,), gen, dtype, layout)
+        else:  # integer-valued floats, so that zeros occur
+            x = ragged_randn(lengths, (3,), gen, dtype, layout)
+            x = x.with_values((x.values * 1.5).round().clamp(-1, 1))
+        named = x.rename(*NAMES)
+        out = [
+            Sample("ragged", (x,), {"axis": 1, **extra}),
+            Sample("ragged_keepdims", (x,), {"axis": 1, "keepdims": True, **extra}),
+            Sample("inner", (x,), {"axis": -1, **extra}),
+            Sample("ragged_inner", (x,), {"axis": (1, 2), **extra}),
+            Sample("named", (named,), {"axis": "seq", **extra}),
+        ]
+        if fill is not None:
+            out.append(Sample("fill", (x,), {"axis": 1, "fill_value": fill, **extra}))
+        return out
+
+    return samples
+
+
+def errors(op: Any, name: str) -> list[ErrorCase]:
+    x = ragged.array([[1.0, 2.0], [3.0]])
+    func = f"ragged.{name}"
+    return [
+        ErrorCase(
+            lambda: op(x, axis=0),
+            ValueError,
+            f"{func}: `axis` cannot reduce the batch axis without the ragged axis: segments have different lengths, so there is no common row to reduce into (reduce axes (0, 1) together for a global reduction, or the ragged axis 1 first), got 0.",
+        ),
+        ErrorCase(lambda: op(x, axis=2), ValueError, f"{func}: `axis` must be in [-2, 2), got 2."),
+        ErrorCase(
+            lambda: op(x, axis="seq"),
+            ValueError,
+            f"{func}: `axis` can be a name only for a named array, got 'seq'.",
+        ),
+        ErrorCase(
+            lambda: op(x.values, axis=1),
+            TypeError,
+            f"{func}: `x` must be a RaggedArray, got Tensor.",
+        ),
+    ]
+
+
+def float_error(op: Any, name: str) -> ErrorCase:
+    return ErrorCase(
+        lambda: op(ragged.array([[1, 2]]), axis=1),
+        TypeError,
+        f"ragged.{name}: `x` must have a floating-point dtype, got torch.int64.",
+    )
+
+
+def _prod(t: torch.Tensor, dims: tuple[int, ...], keep: bool) -> torch.Tensor:
+    for d in sorted(dims, reverse=True):
+        t = torch.prod(t, d, keepdim=keep)
+    return t
+
+
+def _bool(op: Any) -> Any:
+    def fn(t: torch.Tensor, dims: tuple[int, ...], keep: bool) -> torch.Tensor:
+        out = t != 0
+        for d in sorted(dims, reverse=True):
+            out = op(out, d, keepdim=keep)
+        return out
+
+    return fn
+
+
+def entry(name: str, fn: Any, empty: Any, *, float_only: bool = True, **kw: Any) -> OpInfo:
+    op = getattr(ragged, name)
+    errs = errors(op, name) + ([float_error(op, name)] if float_only else [])
+    samples = kw.pop("samples", standard_samples())
+    return OpInfo(
+        name,
+        op,
+        reduction_reference(fn, empty),
+        samples,
+        "reduction",
+        RULE_REDUCE,
+        errors=errs,
+        **kw,
+    )
+
+
+def _norm(ord: float) -> Any:
+    return lambda t, d, k: torch.linalg.vector_norm(t, ord, d, keepdim=k)
+
+
+OPS = [
+    entry("sum", lambda t, d, k: torch.sum(t, d, keepdim=k), 0, float_only=False),
+    entry("mean", lambda t, d, k: torch.mean(t, d, keepdim=k), math.nan),
+    entry("prod", _prod, 1, float_only=False),
+    entry("amax", lambda t, d, k: torch.amax(t, d, keepdim=k), -math.inf, float_only=False),
+    entry("amin", lambda t, d, k: torch.amin(t, d, keepdim=k), math.inf, float_only=False),
+    entry("max", lambda t, d, k: torch.amax(t, d, keepdim=k), -math.inf, float_only=False),
+    entry("min", lambda t, d, k: torch.amin(t, d, keepdim=k), math.inf, float_only=False),
+    entry("logsumexp", lambda t, d, k: torch.logsumexp(t, d, keepdim=k), -math.inf),
+    entry(
+        "var",
+        lambda t, d, k, correction=1: torch.var(t, d, correction=correction, keepdim=k),
+        math.nan,
+    ),
+    entry(
+        "var",
+        lambda t, d, k, correction=1: torch.var(t, d, correction=correction, keepdim=k),
+        math.nan,
+        samples=standard_samples(extra={"correction": 0}),
+        variant="correction0",
+    ),
+    entry(
+        "std",
+        lambda t, d, k, correction=1: torch.std(t, d, correction=correction, keepdim=k),
+        math.nan,
+        samples=standard_samples(extra={"correction": 0}),
+    ),
+    *[
+        OpInfo(
+            "norm",
+            lambda x, ord=o, **kw: ragged.norm(x, ord, **kw),
+            reduction_reference(_norm(o), 0.0),
+            standard_samples(),
+            "reduction",
+            RULE_REDUCE,
+            gradgrad=o not in (1, math.inf),
+            variant=f"ord{o}",
+        )
+        for o in (2, 1, math.inf, 3)
+    ],
+    entry(
+        "any",
+        _bool(torch.any),
+        False,
+        float_only=False,
+        grad=False,
+        samples=standard_samples(fill=None, inputs="ints"),
+    ),
+    entry(
+        "all",
+        _bool(torch.all),
+        True,
+        float_only=False,
+        grad=False,
+        samples=standard_samples(fill=None, inputs="ints"),
+    ),
+    entry(
+        "count_nonzero",
+        lambda t, d, k: torch.sum(t != 0, d, keepdim=k),
+        0,
+        float_only=False,
+        grad=False,
+        samples=standard_samples(fill=None, inputs="ints"),
+    ),
+]
+
+
+def _arg_samples(
+    lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    x = ragged_randn(lengths, (3,), gen, dtype, layout)
+    x = x.with_values((x.values * 1.5).round())  # ties occur: the first index must win
+    return [
+        Sample("ragged", (x,), {"axis": 1}),
+        Sample("ragged_keepdims", (x,), {"axis": 1, "keepdims": True}),
+        Sample("inner", (x,), {"axis": 2}),
+        Sample("fill", (x,), {"axis": 1, "fill_value": 99}),
+    ]
+
+
+def _arg_reference(largest: bool) -> Any:
+    def reference(
+        segment: torch.Tensor, axis: Any, keepdims: bool = False, fill_value: Any = None
+    ) -> torch.Tensor:
+        dim = axis - 1
+        if dim == 0 and segment.shape[0] == 0:
+            shape = (1, *segment.shape[1:]) if keepdims else segment.shape[1:]
+            return torch.full(shape, -1 if fill_value is None else fill_value, dtype=torch.int64)
+        # first occurrence of the extreme value (torch.argmax's tie rule is unspecified)
+        best = segment.amax(dim, keepdim=True) if largest else segment.amin(dim, keepdim=True)
+        hit = segment == best
+        index = torch.arange(segment.shape[dim]).view(-1, *[1] * (segment.dim() - 1 - dim))
+        first = torch.where(hit, index, segment.shape[dim]).amin(dim, keepdim=keepdims)
+        return first
+
+    return reference
+
+
+for _name, _largest in (("argmax", True), ("argmin", False)):
+    OPS.append(
+        OpInfo(
+            _name,
+            getattr(ragged, _name),
+            _arg_reference(_largest),
+            _arg_samples,
+            "reduction",
+            "remove one",
+            grad=False,
+            gradgrad=False,
+            forward_ad=False,
+            errors=[
+                ErrorCase(
+                    lambda op=getattr(ragged, _name): op(ragged.array([[1.0]]), axis=0),
+                    ValueError,
+                    f"ragged.{_name}: `axis` cannot be the batch axis (segments differ in length), got 0.",
+                )
+            ],
+        )
+    )

@@ -1,0 +1,132 @@
+"""Generic tests over the op table: every op against its per-segment reference."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+import torch
+from hypothesis import given, settings
+
+import ragged
+from tests.optable import OpInfo, PerSegment, Sample, all_ops
+from tests.strategies import lengths as lengths_strategy
+
+OPS = all_ops()
+BY_ID = {op.id: op for op in OPS}
+assert len(BY_ID) == len(OPS), "op table ids must be unique"
+GRAD_OPS = [op.id for op in OPS if op.grad]
+ERROR_CASES = [(op, case) for op in OPS for case in op.errors]
+LAYOUTS = ["contiguous", "strided", "transposed"]
+
+
+def _segment_args(sample: Sample, b: int) -> list[Any]:
+    out = []
+    for a in sample.args:
+        if isinstance(a, ragged.RaggedArray):
+            out.append(a.unbind()[b])
+        elif isinstance(a, PerSegment):
+            out.append(a.tensor[b])
+        else:
+            out.append(a)
+    return out
+
+
+def _num_segments(sample: Sample) -> int:
+    return next(a.num_segments for a in sample.args if isinstance(a, ragged.RaggedArray))
+
+
+def check_against_reference(info: OpInfo, sample: Sample) -> None:
+    out = info.op(*sample.call_args(), **sample.kwargs)
+    outs = out if isinstance(out, tuple) else (out,)
+    per_segment = []
+    for b in range(_num_segments(sample)):
+        ref = info.reference(*_segment_args(sample, b), **sample.kwargs)
+        per_segment.append(ref if isinstance(ref, tuple) else (ref,))
+    for k, got in enumerate(outs):
+        expected = [refs[k] for refs in per_segment]
+        if isinstance(got, ragged.RaggedArray):
+            assert got.num_segments == len(expected)
+            assert got.lengths.tolist() == [e.shape[0] for e in expected], sample.name
+            for seg, e in zip(got.unbind(), expected, strict=True):
+                torch.testing.assert_close(
+                    seg, e, atol=info.atol, rtol=info.rtol, equal_nan=True, check_dtype=True
+                )
+        else:
+            assert got.shape[0] == len(expected), sample.name
+            for row, e in zip(got, expected, strict=True):
+                torch.testing.assert_close(row, e, atol=info.atol, rtol=info.rtol, equal_nan=True)
+
+
+def snapshot(sample: Sample) -> list[torch.Tensor]:
+    return [a.values.clone() for a in sample.args if isinstance(a, ragged.RaggedArray)]
+
+
+@pytest.mark.parametrize("op_id", list(BY_ID))
+@given(lengths=lengths_strategy(), seed=st.integers(0, 2**31 - 1), layout=st.sampled_from(LAYOUTS))
+def test_matches_reference(op_id: str, lengths: list[int], seed: int, layout: str) -> None:
+    info = BY_ID[op_id]
+    gen = torch.Generator().manual_seed(seed)
+    for sample in info.samples(lengths, gen, torch.float64, layout):
+        before = snapshot(sample)
+        check_against_reference(info, sample)
+        after = snapshot(sample)
+        for a, b in zip(before, after, strict=True):  # no op mutates its inputs
+            torch.testing.assert_close(a, b, equal_nan=True)
+
+
+def _differentiable(sample: Sample) -> list[int]:
+    return [
+        i
+        for i, a in enumerate(sample.args)
+        if isinstance(a, ragged.RaggedArray) and a.values.is_floating_point()
+    ]
+
+
+def _as_function(info: OpInfo, sample: Sample):
+    positions = _differentiable(sample)
+
+    def fn(*values: torch.Tensor) -> Any:
+        args = list(sample.call_args())
+        for i, v in zip(positions, values, strict=True):
+            args[i] = args[i].with_values(v)
+        out = info.op(*args, **sample.kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        tensors = [o.values if isinstance(o, ragged.RaggedArray) else o for o in outs]
+        # Non-finite entries (e.g. the NaN mean of an empty segment) are constants that finite
+        # differences cannot handle: zero them.
+        return tuple(
+            torch.where(torch.isfinite(t.detach()), t, 0.0)
+            for t in tensors
+            if t.is_floating_point()
+        )
+
+    inputs = tuple(sample.args[i].values.detach().clone().requires_grad_() for i in positions)
+    return fn, inputs
+
+
+@pytest.mark.parametrize("op_id", GRAD_OPS)
+@settings(max_examples=8)
+@given(lengths=lengths_strategy(max_segments=4, max_length=3), seed=st.integers(0, 2**31 - 1))
+def test_gradcheck(op_id: str, lengths: list[int], seed: int) -> None:
+    info = BY_ID[op_id]
+    gen = torch.Generator().manual_seed(seed)
+    for sample in info.samples(lengths, gen, torch.float64, "contiguous"):
+        fn, inputs = _as_function(info, sample)
+        if not inputs or not sum(v.numel() for v in inputs):
+            continue
+        assert torch.autograd.gradcheck(
+            fn, inputs, check_forward_ad=info.forward_ad, check_batched_grad=info.vmap
+        )
+        if info.gradgrad:
+            assert torch.autograd.gradgradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize(
+    ("info", "case"), ERROR_CASES, ids=[f"{op.id}-{i}" for i, (op, _) in enumerate(ERROR_CASES)]
+)
+def test_error_inputs(info: OpInfo, case: Any) -> None:
+    with pytest.raises(case.error, match="^" + re.escape(case.message) + "$"):
+        case.make()
