@@ -28,6 +28,8 @@ from ._factories import from_segment_ids as from_segment_ids
 from ._partition import Partition as Partition
 from ._partition import RowPartition as RowPartition
 from ._shape import RaggedShape as RaggedShape
+from .func import *  # noqa: F403  (transforms, listed in ragged.func.__all__)
+from .func import __all__ as _func_all
 from .ops import *  # noqa: F403  (the op library, listed in ragged.ops.__all__)
 from .ops import __all__ as _ops_all
 
@@ -38,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     *_ops_all,
+    *_func_all,
     "Partition",
     "RaggedArray",
     "RaggedShape",

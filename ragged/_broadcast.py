@@ -99,7 +99,7 @@ def _align_dense(func: str, x: RaggedArray, other: Any) -> Any:
         raise TypeError(
             f"{func}: `other` must be a RaggedArray, Tensor or number, got {type(other).__name__}."
         )
-    if x.axes is not None and other.dim() and any(n is not None for n in other.names):
+    if x.axes is not None and other.dim() and any(n is not None for n in _names(other)):
         return _align_named_dense(func, x, other)
     inner = x.values.dim() - 1
     rank = other.dim()
@@ -134,11 +134,16 @@ def _align_dense(func: str, x: RaggedArray, other: Any) -> Any:
     return squeezed.index_select(0, x.partition.segment_ids())
 
 
+def _names(t: Tensor) -> tuple[str | None, ...]:
+    """A tensor's torch names; tensors under torch.func transforms have none."""
+    return getattr(t, "names", None) or (None,) * t.dim()
+
+
 def _mismatch(func: str, a: Any, b: Any, why: str) -> ValueError:
     def describe(t: Any) -> str:
         if isinstance(t, RaggedArray):
             return f"{t.axes} {_shape_text(t)}"
-        return f"{t.names} {tuple(t.shape)}"
+        return f"{_names(t)} {tuple(t.shape)}"
 
     return ValueError(f"{func}: {why}: {describe(a)} vs {describe(b)}.")
 
@@ -181,7 +186,7 @@ def _align_named_dense(func: str, x: RaggedArray, other: Tensor) -> Tensor:
     Its axes must be axes of ``x``: the batch axis (size ``B`` or 1), inner axes, and ragged axes
     only with size 1. Axes of ``x`` it lacks broadcast.
     """
-    names = other.names
+    names = _names(other)
     axes = x.axes or ()
     ragged_names = axes[1 : 1 + x.ragged_ndim]
     if any(n is None for n in names):
@@ -189,7 +194,7 @@ def _align_named_dense(func: str, x: RaggedArray, other: Tensor) -> Tensor:
     unknown = [n for n in names if n not in axes]
     if unknown:
         raise _mismatch(func, x, other, f"axes {unknown} are not axes of the ragged operand")
-    plain = other.rename(None)
+    plain = other.rename(None)  # type: ignore[attr-defined]
     spans = [i for i, n in enumerate(names) if n in ragged_names]
     if any(plain.shape[i] != 1 for i in spans):
         raise _mismatch(func, x, other, "a dense operand cannot span a ragged axis (size 1 only)")

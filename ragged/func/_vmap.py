@@ -1,0 +1,384 @@
+"""``ragged.vmap``: apply a function to each segment as a dense tensor, vectorised by buckets.
+
+Exact for any ``f``: ``f`` only ever sees real rows (no padding), so functions that reduce over
+the segment (softmax, attention, norms, sorting) are correct. Padding every segment to the
+longest one and calling ``torch.func.vmap`` is silently wrong for such ``f``.
+
+Vectorisation: segments are grouped by exact length; each group is gathered into a dense
+``[n, L, *inner]`` block and ``torch.func.vmap(f)`` runs once per group (measured 4x faster than a
+Python loop for B=20k segments of lengths 1-32). Outputs are scattered back in segment order.
+Grouping reads the lengths on the host once: a host sync (and a graph break under
+``torch.compile``), inherent in running ``f`` on tensors whose shapes are the segment lengths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch import Tensor
+
+from .._array import RaggedArray
+from .._broadcast import same_partition
+from .._errors import type_error, value_error
+from .._partition import Partition
+from ._collectives import _Pass, collective_pass, combine
+
+_FUNC = "ragged.vmap"
+
+
+class RaggedVmapFallbackWarning(UserWarning):
+    """``ragged.vmap(method="auto")`` could not vmap ``f`` and fell back to a loop."""
+
+
+def _is_ragged(node: Any) -> bool:
+    return isinstance(node, RaggedArray)
+
+
+def _count_leaves(tree: Any) -> int:
+    return len(pytree.tree_leaves(tree, is_leaf=_is_ragged))
+
+
+def prefix_leaves(param: str, prefix: Any, tree: Any) -> list[Any]:
+    """Broadcast a JAX-style pytree prefix (ints/None/bools at its leaves) over ``tree``."""
+    if prefix is None or isinstance(prefix, (int, bool)):
+        return [prefix] * _count_leaves(tree)
+    if isinstance(prefix, (tuple, list)) and isinstance(tree, (tuple, list)):
+        if len(prefix) != len(tree):
+            raise value_error(
+                _FUNC, param, f"must have {len(tree)} entries to match", f"{len(prefix)}"
+            )
+        return [
+            leaf for p, t in zip(prefix, tree, strict=True) for leaf in prefix_leaves(param, p, t)
+        ]
+    if isinstance(prefix, dict) and isinstance(tree, dict):
+        if set(prefix) != set(tree):
+            raise value_error(_FUNC, param, f"must have the keys {sorted(tree)}", sorted(prefix))
+        return [leaf for key in tree for leaf in prefix_leaves(param, prefix[key], tree[key])]
+    raise type_error(
+        _FUNC, param, "must be an int, None or a pytree prefix of the arguments", repr(prefix)
+    )
+
+
+@dataclasses.dataclass
+class _Bucket:
+    length: int
+    segments: Tensor  # int64 [n]: the segments of this length
+    rows: Tensor  # int64 [n * length]: their value rows, segment-major
+
+
+def _buckets(partition: Partition, skip_empty: bool) -> list[_Bucket]:
+    level = partition.levels[0]
+    lengths = level.lengths.tolist()  # one host sync: f's input shapes are the lengths
+    groups: dict[int, list[int]] = {}
+    for b, n in enumerate(lengths):
+        if not (skip_empty and n == 0):
+            groups.setdefault(n, []).append(b)
+    device = level.offsets.device
+    out = []
+    for length, members in groups.items():
+        segments = torch.tensor(members, dtype=torch.int64, device=device)
+        starts = level.offsets.index_select(0, segments)
+        rows = (starts[:, None] + torch.arange(length, device=device)).reshape(-1)
+        out.append(_Bucket(length, segments, rows))
+    return out
+
+
+def vmap(
+    f: Callable[..., Any],
+    in_axes: Any = 0,
+    out_axes: Any = 0,
+    *,
+    axis_name: str | None = None,
+    out_ragged: Any = None,
+    fill_empty: float | None = None,
+    method: str = "auto",
+    randomness: str = "error",
+) -> Callable[..., Any]:
+    """Map ``f`` over segments: ``f`` sees segment ``b`` as a dense ``(L_b, *inner)`` tensor.
+
+    Args:
+        f: a function of per-segment tensors returning a pytree of tensors.
+        in_axes: per positional argument (a pytree prefix, as in ``jax.vmap``): ``0`` maps over
+            segments (a RaggedArray gives its segments; a dense tensor its rows along dim 0,
+            which must have size ``B``), an int ``k`` maps a dense tensor along dim ``k``,
+            ``None`` passes the argument unchanged to every call.
+        out_axes: where the segment axis goes in each dense output (ragged outputs: 0 only).
+        axis_name: name the mapped axis so that ``f`` may call :func:`ragged.psum`,
+            :func:`ragged.pmean`, :func:`ragged.pmax`, :func:`ragged.pmin` across segments
+            (``k`` collectives cost ``k + 1`` evaluations of ``f``).
+        out_ragged: pytree prefix of bools over the outputs forcing ragged (``True``) or dense
+            (``False``) results; see the output rule below.
+        fill_empty: if given, empty segments are not passed to ``f``; their dense outputs get
+            this value (ragged outputs stay empty). By default ``f`` also sees empty segments.
+        method: ``"vmap"`` (per-length ``torch.func.vmap``), ``"loop"`` (a Python loop over
+            segments, for ``f`` that cannot be vmapped: data-dependent control flow, ``.item()``),
+            or ``"auto"``: vmap, falling back to the loop with a
+            :class:`RaggedVmapFallbackWarning`.
+        randomness: passed to ``torch.func.vmap`` (``"error"``, ``"different"``, ``"same"``).
+
+    Output rule: an output whose leading size is the segment length ``L_b`` for every segment
+    becomes a RaggedArray with the input's partition (rows in segment order); an output whose
+    shape does not depend on the length is stacked into a dense ``(B, ...)`` tensor (with
+    ``out_axes``); anything else (e.g. ``(L_b, L_b)``) is an error. When the batch cannot tell
+    (every segment has the same length ``L`` and an output has leading size ``L``), ``f`` is
+    called once more on one segment shortened by a row to see whether that size follows the
+    length; ``out_ragged`` decides without the probe.
+
+    Returns:
+        The mapped function.
+
+    >>> import ragged, torch
+    >>> x = ragged.array([[1.0, 2.0, 3.0], [4.0], [5.0, 6.0, 7.0]])
+    >>> ragged.vmap(lambda s: s.max())(x)                      # dense (B,)
+    tensor([3., 4., 7.])
+    >>> ragged.vmap(lambda s: s - s.mean())(x).to_list()       # ragged, same partition
+    [[-1.0, 0.0, 1.0], [0.0], [-1.0, 0.0, 1.0]]
+    >>> w = torch.tensor([10.0, 20.0, 30.0])
+    >>> ragged.vmap(lambda s, wb: s.sum() * wb)(x, w)          # dense per-segment argument
+    tensor([ 60.,  80., 540.])
+    """
+    if not callable(f):
+        raise type_error(_FUNC, "f", "must be callable", type(f).__name__)
+    if method not in ("auto", "vmap", "loop"):
+        raise value_error(_FUNC, "method", "must be 'auto', 'vmap' or 'loop'", repr(method))
+
+    @functools.wraps(f)
+    def mapped(*args: Any) -> Any:
+        return _Call(
+            f, args, in_axes, out_axes, axis_name, out_ragged, fill_empty, method, randomness
+        ).run()
+
+    return mapped
+
+
+class _Call:
+    """One call of a ``ragged.vmap``-ped function."""
+
+    def __init__(
+        self,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        in_axes: Any,
+        out_axes: Any,
+        axis_name: str | None,
+        out_ragged: Any,
+        fill_empty: float | None,
+        method: str,
+        randomness: str,
+    ) -> None:
+        self.f, self.out_axes, self.axis_name = f, out_axes, axis_name
+        self.out_ragged, self.fill_empty = out_ragged, fill_empty
+        self.method, self.randomness = method, randomness
+        self.leaves, self.spec = pytree.tree_flatten(args, is_leaf=_is_ragged)
+        self.axes = axes = prefix_leaves("in_axes", in_axes, args)
+        self.partition = self._partition()
+        for i, (leaf, axis) in enumerate(zip(self.leaves, axes, strict=True)):
+            if isinstance(leaf, Tensor) and axis is not None and axis != 0:
+                self.leaves[i] = leaf.movedim(axis, 0)
+
+    def _partition(self) -> Partition:
+        first: RaggedArray | None = None
+        for leaf, axis in zip(self.leaves, self.axes, strict=True):
+            if axis is None:
+                continue
+            if isinstance(leaf, RaggedArray):
+                if axis != 0:
+                    raise value_error(_FUNC, "in_axes", "must be 0 or None for a RaggedArray", axis)
+                if first is None:
+                    first = leaf
+                elif leaf.partition is not first.partition:
+                    same_partition(_FUNC, first, leaf)
+            elif not isinstance(leaf, Tensor):
+                raise type_error(
+                    _FUNC,
+                    "in_axes",
+                    "can map only RaggedArrays and tensors (use None)",
+                    type(leaf).__name__,
+                )
+        if first is None:
+            raise value_error(
+                _FUNC, "args", "must include a RaggedArray mapped with in_axes=0", "none"
+            )
+        if first.ragged_ndim != 1:
+            raise NotImplementedError(f"{_FUNC}: arrays with several ragged axes.")
+        for leaf, axis in zip(self.leaves, self.axes, strict=True):
+            if isinstance(leaf, Tensor) and axis is not None:
+                size = leaf.shape[axis] if leaf.dim() > axis else None
+                if size != first.num_segments:
+                    raise value_error(
+                        _FUNC,
+                        "args",
+                        f"mapped tensors must have {first.num_segments} entries (B) on their mapped dim",
+                        f"shape {tuple(leaf.shape)}",
+                    )
+        return first.partition
+
+    # --- running f over the buckets ---------------------------------------------------------
+
+    def _inputs(self, bucket: _Bucket) -> list[Any]:
+        out = []
+        for leaf, axis in zip(self.leaves, self.axes, strict=True):
+            if axis is None:
+                continue
+            if isinstance(leaf, RaggedArray):
+                values = leaf.values.index_select(0, bucket.rows)
+                out.append(
+                    values.view(bucket.segments.shape[0], bucket.length, *leaf.values.shape[1:])
+                )
+            else:
+                out.append(leaf.index_select(0, bucket.segments))
+        return out
+
+    def _call_one(self, state: _Pass) -> Callable[..., Any]:
+        mapped = [i for i, axis in enumerate(self.axes) if axis is not None]
+
+        def call(*inputs: Any) -> Any:
+            leaves = list(self.leaves)
+            for i, value in zip(mapped, inputs, strict=True):
+                leaves[i] = value
+            state.recorded.clear()
+            with collective_pass(state):
+                out = self.f(*pytree.tree_unflatten(leaves, self.spec))
+            return out, tuple(state.recorded)
+
+        return call
+
+    def _run_bucket(
+        self, bucket: _Bucket, known: list[Tensor]
+    ) -> tuple[Any, tuple[Tensor, ...], list[str]]:
+        state = _Pass(self.axis_name or "", known)
+        call = self._call_one(state)
+        inputs = self._inputs(bucket)
+        if self.method != "loop":
+            try:
+                out = torch.func.vmap(call, randomness=self.randomness)(*inputs)
+                return out[0], out[1], list(state.kinds)
+            except Exception as error:
+                if self.method == "vmap":
+                    raise
+                warnings.warn(
+                    f"{_FUNC}: f could not be vmapped ({type(error).__name__}: {error}); running "
+                    "a Python loop over segments instead (pass method='loop' to silence this).",
+                    RaggedVmapFallbackWarning,
+                    stacklevel=4,
+                )
+                self.method = "loop"
+        results = [call(*(t[i] for t in inputs)) for i in range(bucket.segments.shape[0])]
+        if not results:
+            raise value_error(
+                _FUNC, "args", "must have at least one segment to call f on", "0 segments"
+            )
+        stacked = pytree.tree_map(lambda *ts: torch.stack(ts), *[r for r in results])
+        return stacked[0], stacked[1], list(state.kinds)
+
+    def run(self) -> Any:
+        buckets = _buckets(self.partition, skip_empty=self.fill_empty is not None)
+        if not buckets:
+            raise value_error(
+                _FUNC, "args", "must have at least one segment to call f on", "0 segments"
+            )
+        known: list[Tensor] = []
+        while True:
+            results = [self._run_bucket(bucket, known) for bucket in buckets]
+            kinds = results[0][2]
+            if any(r[2] != kinds for r in results):
+                raise RuntimeError(
+                    f"{_FUNC}: f called different collectives for different segment lengths."
+                )
+            if len(kinds) <= len(known):
+                break
+            if self.axis_name is None:
+                raise AssertionError("unreachable: collectives without an axis name")
+            j = len(known)
+            stacked = torch.cat([r[1][j] for r in results])
+            known.append(combine(kinds[j], stacked, stacked.shape[0]))
+        self.known = known
+        return self._assemble(buckets, [r[0] for r in results])
+
+    # --- putting the outputs back in segment order ------------------------------------------
+
+    def _assemble(self, buckets: list[_Bucket], outputs: list[Any]) -> Any:
+        flat = [pytree.tree_flatten(out) for out in outputs]
+        spec = flat[0][1]
+        if any(s != spec for _, s in flat):
+            raise ValueError(
+                f"{_FUNC}: f returned different structures for different segment lengths."
+            )
+        columns = list(zip(*[leaves for leaves, _ in flat], strict=True))
+        template = pytree.tree_unflatten([0] * len(columns), spec)
+        forced = prefix_leaves("out_ragged", self.out_ragged, template)
+        out_axes = prefix_leaves("out_axes", self.out_axes, template)
+        row_order = torch.cat([b.rows for b in buckets])
+        segment_order = torch.cat([b.segments for b in buckets])
+        assembled = [
+            self._assemble_leaf(
+                k, column, buckets, forced[k], out_axes[k], row_order, segment_order
+            )
+            for k, column in enumerate(columns)
+        ]
+        return pytree.tree_unflatten(assembled, spec)
+
+    def _follows_length(self, k: int, bucket: _Bucket) -> bool | None:
+        """Probe: does output ``k``'s leading size follow the segment length?"""
+        if bucket.length == 0:
+            return None
+        shorter = _Bucket(bucket.length - 1, bucket.segments[:1], bucket.rows[: bucket.length - 1])
+        state = _Pass(self.axis_name or "", self.known)
+        inputs = self._inputs(shorter)
+        try:
+            out, _ = self._call_one(state)(*(t[0] for t in inputs))
+        except Exception:
+            return None  # f rejects the probe: keep the default (ragged)
+        leaf = pytree.tree_leaves(out)[k]
+        return leaf.dim() >= 1 and leaf.shape[0] == bucket.length - 1
+
+    def _assemble_leaf(
+        self,
+        k: int,
+        column: Sequence[Tensor],
+        buckets: list[_Bucket],
+        force: bool | None,
+        out_axis: int | None,
+        row_order: Tensor,
+        segment_order: Tensor,
+    ) -> Any:
+        shapes = [tuple(t.shape[1:]) for t in column]
+        ragged_fits = (
+            all(len(s) >= 1 and s[0] == b.length for s, b in zip(shapes, buckets, strict=True))
+            and len({s[1:] for s in shapes}) == 1
+        )
+        dense_fits = len(set(shapes)) == 1
+        if force is None and ragged_fits and dense_fits:
+            force = self._follows_length(k, buckets[0])
+        ragged = ragged_fits if force is None else bool(force)
+        if (ragged and not ragged_fits) or (not ragged and not dense_fits):
+            found = {b.length: s for b, s in zip(buckets, shapes, strict=True)}
+            raise ValueError(
+                f"{_FUNC}: output {k} has per-segment shapes {found} (by segment length): it must "
+                f"have leading size L (ragged) or one shape for every segment (dense)."
+            )
+        if ragged:
+            if out_axis not in (0, None):
+                raise value_error(_FUNC, "out_axes", "must be 0 for a ragged output", out_axis)
+            rows = torch.cat([t.reshape(-1, *t.shape[2:]) for t in column])
+            inverse = torch.empty_like(row_order).scatter_(
+                0, row_order, torch.arange(row_order.shape[0], device=row_order.device)
+            )
+            return RaggedArray(rows.index_select(0, inverse), self.partition, None)
+        stacked = torch.cat(list(column))
+        num = self.partition.num_segments
+        if self.fill_empty is not None and segment_order.shape[0] != num:
+            full = stacked.new_full((num, *stacked.shape[1:]), self.fill_empty)
+            result = full.index_copy(0, segment_order, stacked)
+        else:
+            inverse = torch.empty_like(segment_order).scatter_(
+                0, segment_order, torch.arange(num, device=segment_order.device)
+            )
+            result = stacked.index_select(0, inverse)
+        return result if out_axis in (0, None) else result.movedim(0, out_axis)
