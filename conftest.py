@@ -1,11 +1,20 @@
-"""Settings for every test run (doctests in ragged/ and docs/, and tests/)."""
+"""Settings for every test run (doctests in ragged/, docs/ and README.md, and tests/)."""
 
+import sys
+
+import pytest
 import torch
+
+import ragged
 
 torch.set_num_threads(1)
 
 
-def pytest_sessionfinish(session, exitstatus):
-    # Drop compiled code before interpreter exit: Dynamo's weakref callbacks otherwise print
-    # "Exception ignored ... KeyError: '__builtins_dict___0'" at shutdown (torch 2.13).
-    torch._dynamo.reset()
+@pytest.fixture(autouse=True)
+def _main_module_globals(monkeypatch):
+    """Markdown doctests run with ``__name__ == "__main__"`` in their own namespace, but Dynamo
+    resolves the globals of compiled code through ``sys.modules["__main__"]``: mirror the modules
+    the pages import there, as they are in a real ``python`` session."""
+    main = sys.modules["__main__"]
+    monkeypatch.setattr(main, "ragged", ragged, raising=False)
+    monkeypatch.setattr(main, "torch", torch, raising=False)

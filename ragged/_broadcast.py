@@ -124,14 +124,16 @@ def _align_dense(func: str, x: RaggedArray, other: Any) -> Any:
             )
     _check_inner(func, x.inner_shape, other.shape[lead:], x, other)
     squeezed = other.reshape(other.shape[0] if first == 0 else 1, *other.shape[lead:])
-    if first > 0 or squeezed.shape[0] == 1:
+    if first == 0 and squeezed.shape[0] == x.num_segments:
+        # Per-segment rows (also right when B == 1: no branch on the size being 1, which
+        # would specialise compiled graphs).
+        return squeezed.index_select(0, x.partition.segment_ids())
+    if squeezed.shape[0] == 1:
         return squeezed[0]
-    if squeezed.shape[0] != x.num_segments:
-        raise ValueError(
-            f"{func}: `other` of shape {tuple(other.shape)} has {squeezed.shape[0]} entries on the "
-            f"batch axis of {_shape_text(x)}, expected {x.num_segments} or 1."
-        )
-    return squeezed.index_select(0, x.partition.segment_ids())
+    raise ValueError(
+        f"{func}: `other` of shape {tuple(other.shape)} has {squeezed.shape[0]} entries on the "
+        f"batch axis of {_shape_text(x)}, expected {x.num_segments} or 1."
+    )
 
 
 def _names(t: Tensor) -> tuple[str | None, ...]:

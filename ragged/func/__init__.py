@@ -6,14 +6,20 @@ from ._collectives import pmean as pmean
 from ._collectives import pmin as pmin
 from ._collectives import psum as psum
 from ._compile import dynamic_shapes as dynamic_shapes
+from ._export import RaggedExportedProgram as RaggedExportedProgram
+from ._export import export as export
+from ._export import load_exported as load_exported
 from ._map import map as map
 from ._reduce import reduce as reduce
 from ._vmap import RaggedVmapFallbackWarning as RaggedVmapFallbackWarning
 from ._vmap import vmap as vmap
 
 __all__ = [
+    "RaggedExportedProgram",
     "RaggedVmapFallbackWarning",
     "dynamic_shapes",
+    "export",
+    "load_exported",
     "map",
     "pmax",
     "pmean",
