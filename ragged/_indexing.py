@@ -1,5 +1,7 @@
 """Indexing along the batch axis: ``x[i]``, ``x[i:j]``, ``x[index]``, ``x[mask]``.
 
+A RaggedArray index (``x[r]``) indexes within the segments instead, like ``x[:, r]``.
+
 Every result here has a size that depends on the lengths of the chosen segments, so each reads
 those lengths back once (one host sync; an unbacked size under ``torch.compile``). Indexing the
 ragged and inner axes (``x[:, a:b]``, ``x[..., 0]``) lives in ``ragged.ops``.
@@ -23,6 +25,10 @@ _FUNC = "RaggedArray.__getitem__"
 
 def getitem(x: RaggedArray, index: Any) -> Any:
     """Dispatch ``x[index]`` on the kind of index."""
+    from ._array import RaggedArray
+
+    if isinstance(index, RaggedArray):  # per-segment positions or flags: x[:, index]
+        index = (slice(None), index)
     if isinstance(index, tuple):
         if len(index) == 1:
             return getitem(x, index[0])

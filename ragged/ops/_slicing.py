@@ -1,0 +1,340 @@
+"""``x[index]`` for tuple indices: the ragged and inner axes.
+
+For ``x`` of logical shape ``(B, L*, *inner)`` the tuple's entries index, in order, the batch
+axis, the ragged axis and the inner axes; ``...`` stands for as many full slices as needed and
+``None`` adds a size-1 axis (only among the inner axes: a new axis before or between the batch
+and ragged axes would not be a ``(B, L*, ...)`` array). The batch entry is handled by
+``ragged._indexing`` (``x[i]``, ``x[i:j]``, ``x[tensor]``); then the inner entries, then the
+ragged one. Each part follows its own rule:
+
+* **Inner axes** (``x[:, :, 0]``, ``x[..., 1:3]``, ``x[..., None]``, ``x[:, :, idx]``): torch
+  indexing of ``values`` behind a full slice of the rows (negative slice steps too, which torch
+  lacks). The partition object is kept and nothing is read from the device (a boolean tensor is
+  a mask and reads it, as in torch). Tensor indices on several inner axes must be adjacent
+  (torch would move their axes before the rows).
+* **Ragged axis, a slice** (``x[:, a:b:step]``): Python slice semantics in each segment
+  separately (negative bounds count from the segment's end, bounds clamp to it, any nonzero
+  step). The new total depends on the data and is read once (one host sync) with the new
+  maximum length, unless the result provably keeps every row (``x[:, :k]`` with a known maximum
+  length ``<= k``: ``x`` itself) or reverses every segment (``x[:, ::-1]``: the same partition).
+* **Ragged axis, an int or a 0-D tensor** (``x[:, i]``): the ``i``-th row of each segment as a
+  dense ``(B, *inner)`` tensor; segments too short give the fill value of :func:`ragged.take`
+  (NaN for floating dtypes, 0 for integers, False for bool), sync-free.
+* **Ragged axis, an integer tensor** ``(K, ...)``: the same positions in every segment, dense
+  ``(B, K, ..., *inner)`` (``ragged.take`` in fill mode); **a RaggedArray of integers**: segment
+  ``b`` is ``x_b[index_b]`` (``ragged.take``); **a boolean RaggedArray**: the kept rows
+  (``ragged.filter``, one host sync).
+
+The ragged entry and the inner entries apply independently: a tensor on the ragged axis cannot
+be combined with tensors on inner axes (torch would broadcast them together).
+
+Axis names: an integer-indexed axis loses its name, a sliced one keeps it, a 1-D tensor index
+keeps the name of its axis. An index that would add an unnamed axis to a named array (``None``,
+a tensor index of 2 or more dims, a multi-dimensional mask) raises: names are all or nothing,
+and silently dropping them would change how the result broadcasts. Dense results have no names.
+
+>>> import ragged, torch
+>>> x = ragged.from_lengths(torch.arange(12.0).reshape(6, 2), [3, 0, 2, 1])
+>>> x[:, 1:].to_list()
+[[[2.0, 3.0], [4.0, 5.0]], [], [[8.0, 9.0]], []]
+>>> x[:, -1, 0]
+tensor([ 4., nan,  8., 10.])
+>>> x[..., None].shape
+RaggedShape(4, [3, 0, 2, 1], 2, 1)
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import _indexing
+from .._array import RaggedArray
+from .._indexing import _sum_and_max
+from .._partition import Partition, RowPartition
+
+_FUNC = "RaggedArray.__getitem__"
+
+
+def getitem_tuple(x: RaggedArray, index: tuple[Any, ...]) -> Any:
+    """``x[index]`` for a tuple ``index`` (see the module docstring)."""
+    items = _expand(x, [_item(x, item) for item in index], index)
+    nr = x.ragged_ndim
+    lead: list[Any] = []  # the batch entry, then one entry per ragged axis
+    inner: list[Any] = []
+    for item in items:
+        if len(lead) < 1 + nr:
+            if item is None:
+                raise IndexError(
+                    f"{_FUNC}: a new axis (None) can only be added after the ragged axis, got "
+                    f"{index!r}."
+                )
+            if _consumed(item) != 1:
+                raise IndexError(
+                    f"{_FUNC}: a boolean mask cannot span the batch or ragged axes, got {index!r}."
+                )
+            lead.append(item)
+        else:
+            inner.append(item)
+    batch, ragged = lead[0], lead[1:]
+    if isinstance(batch, int) or (isinstance(batch, Tensor) and batch.dim() == 0):
+        picked = _indexing.segment(x, operator.index(batch))  # dense (or one fewer ragged axis)
+        if isinstance(picked, RaggedArray):
+            return picked[tuple(items[1:])]
+        picked, rest = _negative_steps(picked, items[1:], first=0)
+        return picked[tuple(rest)]
+    if not _is_full(batch):
+        x = _indexing.getitem(x, batch)
+    x = _index_inner(x, inner, index)
+    return _index_ragged(x, ragged, inner, index)
+
+
+def _item(x: RaggedArray, item: Any) -> Any:
+    """Check one entry; lists and ranges become tensors."""
+    if item is None or item is Ellipsis or isinstance(item, (slice, RaggedArray)):
+        return item
+    if isinstance(item, bool):
+        raise TypeError(f"{_FUNC}: `index` entries cannot be bools, got {item!r}.")
+    if isinstance(item, int):
+        return item
+    if isinstance(item, (list, range)):
+        item = torch.as_tensor(list(item), device=x.device)
+        if item.numel() == 0:
+            return item.to(torch.int64)
+    if isinstance(item, Tensor):
+        if item.dtype.is_floating_point or item.dtype.is_complex:
+            raise TypeError(
+                f"{_FUNC}: tensor indices must be integer or boolean, got {item.dtype}."
+            )
+        if item.dtype == torch.bool and item.dim() == 0:
+            raise TypeError(f"{_FUNC}: a boolean index must have at least 1 dim, got a 0-d one.")
+        return item
+    raise TypeError(
+        f"{_FUNC}: `index` entries must be ints, slices, None, ..., tensors or RaggedArrays, "
+        f"got {type(item).__name__}."
+    )
+
+
+def _consumed(item: Any) -> int:
+    """How many axes of ``x`` an entry indexes."""
+    if item is None or item is Ellipsis:
+        return 0
+    if isinstance(item, Tensor) and item.dtype == torch.bool:
+        return item.dim()
+    return 1
+
+
+def _expand(x: RaggedArray, items: list[Any], index: tuple[Any, ...]) -> list[Any]:
+    """Replace ``...`` by full slices (or append them) so that every axis has an entry."""
+    ellipses = [k for k, item in enumerate(items) if item is Ellipsis]
+    if len(ellipses) > 1:
+        raise IndexError(f"{_FUNC}: an index can have only one ellipsis (...), got {index!r}.")
+    used = sum(_consumed(item) for item in items)
+    if used > x.ndim:
+        raise IndexError(
+            f"{_FUNC}: too many indices for an array of {x.ndim} axes: {used} were indexed."
+        )
+    full = [slice(None)] * (x.ndim - used)
+    if ellipses:
+        k = ellipses[0]
+        return items[:k] + full + items[k + 1 :]
+    return items + full
+
+
+def _is_full(item: Any) -> bool:
+    return (
+        isinstance(item, slice)
+        and item.start in (None, 0)
+        and item.stop is None
+        and item.step in (None, 1)
+    )
+
+
+# --- inner axes -------------------------------------------------------------------------------
+
+
+def _index_inner(x: RaggedArray, items: list[Any], index: tuple[Any, ...]) -> RaggedArray:
+    """Apply the inner entries to ``values`` behind a full slice of the rows; same partition."""
+    if all(_is_full(item) for item in items):
+        return x
+    if any(isinstance(item, RaggedArray) for item in items):
+        raise IndexError(f"{_FUNC}: a RaggedArray can only index the ragged axis, not inner axes.")
+    tensors = [k for k, item in enumerate(items) if isinstance(item, Tensor)]
+    if tensors and tensors != list(range(tensors[0], tensors[-1] + 1)):
+        raise IndexError(
+            f"{_FUNC}: tensor indices on inner axes must be adjacent (torch would move their "
+            f"axes before the rows), got {index!r}."
+        )
+    values, items = _negative_steps(x.values, items, first=1)
+    key = (slice(None), *items)
+    values = values[key]
+    return RaggedArray(values, x.partition, _inner_names(x, items, index))
+
+
+def _negative_steps(values: Tensor, items: list[Any], first: int) -> tuple[Tensor, list[Any]]:
+    """Torch slices need a positive step: ``t[a:b:-k]`` is ``t.flip(d)[-1-a:-1-b:k]``.
+
+    Position ``p`` of an axis is position ``-1 - p`` of the flipped axis (as Python indices,
+    negative ones included), and the clamping of out-of-range bounds maps over the same way.
+    """
+    flips, out, dim = [], [], first
+    for item in items:
+        if isinstance(item, slice) and item.step is not None and item.step < 0:
+            flips.append(dim)
+            start = None if item.start is None else -1 - item.start
+            stop = None if item.stop is None else -1 - item.stop
+            item = slice(start, stop, -item.step)
+        out.append(item)
+        dim += _consumed(item)
+    return (values.flip(flips) if flips else values), out
+
+
+def _inner_names(x: RaggedArray, items: list[Any], index: tuple[Any, ...]) -> Any:
+    if x.axes is None:
+        return None
+    nr = x.ragged_ndim
+    names = x.axes[1 + nr :]
+    tensors = sum(isinstance(item, Tensor) for item in items)
+    kept = list(x.axes[: 1 + nr])
+    k = 0
+    for item in items:
+        if isinstance(item, Tensor):
+            d = _consumed(item)
+            if item.dim() == 1 and tensors == 1:
+                kept.append(names[k])  # one axis replaced by one axis
+            elif item.dim() != 0:
+                raise _unnamed(x, index)
+            k += d
+        elif item is None:
+            raise _unnamed(x, index)
+        else:
+            if isinstance(item, slice):
+                kept.append(names[k])
+            k += 1
+    return tuple(kept)
+
+
+def _unnamed(x: RaggedArray, index: tuple[Any, ...]) -> ValueError:
+    return ValueError(
+        f"{_FUNC}: `index` would add unnamed axes to the named array {x.axes}; drop the names "
+        f"first (x.rename(None)[...]) or name the result with x.with_values(v, axes=...), "
+        f"got {index!r}."
+    )
+
+
+# --- the ragged axis --------------------------------------------------------------------------
+
+
+def _index_ragged(x: RaggedArray, ragged: list[Any], inner: list[Any], index: Any) -> Any:
+    from . import _index
+
+    if all(_is_full(item) for item in ragged):
+        return x
+    if x.ragged_ndim != 1:
+        raise NotImplementedError(f"{_FUNC}: indexing the ragged axes of multi-level arrays.")
+    (item,) = ragged
+    if isinstance(item, slice):
+        return slice_segments(x, item.start, item.stop, item.step)
+    if any(isinstance(i, Tensor) for i in inner) and isinstance(item, (Tensor, RaggedArray)):
+        raise IndexError(
+            f"{_FUNC}: a tensor index on the ragged axis cannot be combined with tensor indices "
+            f"on inner axes, got {index!r}."
+        )
+    num = x.num_segments
+    if isinstance(item, int):
+        return _index.take(x, torch.full((num,), item, dtype=torch.int64, device=x.device))
+    if isinstance(item, RaggedArray):
+        if item.dtype == torch.bool:
+            return _index.filter(x, item)
+        return _index.take(x, item)
+    if item.dtype == torch.bool:
+        raise TypeError(
+            f"{_FUNC}: a boolean mask of the ragged axis must be a RaggedArray (one flag per "
+            f"row of each segment), got a dense tensor of shape {tuple(item.shape)}."
+        )
+    return _index.take(x, item.expand(num, *item.shape))
+
+
+def _slice_int(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"{_FUNC}: slice bounds must be ints or None, got {value!r}.")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{_FUNC}: slice bounds must be ints or None, got {type(value).__name__}."
+        ) from None
+
+
+def slice_segments(x: RaggedArray, start: Any, stop: Any, step: Any) -> RaggedArray:
+    """``segment[start:stop:step]`` for every segment (Python slice semantics per segment).
+
+    Reads the new total and maximum length once (one host sync), except where the result keeps
+    every row (``x`` itself) or only reverses the segments (the same partition, sync-free).
+    """
+    start, stop, step = _slice_int(start), _slice_int(stop), _slice_int(step)
+    step = 1 if step is None else step
+    if step == 0:
+        raise ValueError(f"{_FUNC}: slice step cannot be zero.")
+    level = x.partition.levels[0]
+    known = level.max_length
+    if _keeps_all(start, stop, step, known):
+        return x
+    low, count = _bounds(level.lengths, start, stop, step)
+    if _reverses_all(start, stop, step, known):
+        new, partition = level, x.partition
+    else:
+        total, longest = _sum_and_max(count)  # the one host sync
+        new = RowPartition.from_lengths(count, total, longest)
+        partition = Partition((new,))
+    rows = new.row_ids
+    source = level.offsets[rows] + low[rows] + new.positions() * step
+    return RaggedArray(x.values.index_select(0, source), partition, x.axes)
+
+
+def _keeps_all(start: int | None, stop: int | None, step: int, known: int | None) -> bool:
+    """Whether ``[start:stop:step]`` keeps every row of every segment, known without data."""
+    if known == 0:
+        return True
+    if step != 1:
+        return False
+    from_first = (
+        start is None or start == 0 or (known is not None and start < 0 and -start >= known)
+    )
+    to_last = stop is None or (known is not None and stop >= known)
+    return from_first and to_last
+
+
+def _reverses_all(start: int | None, stop: int | None, step: int, known: int | None) -> bool:
+    """Whether ``[start:stop:step]`` reverses every segment whole (lengths unchanged)."""
+    if step != -1:
+        return False
+    from_last = start is None or start == -1 or (known is not None and start >= known - 1)
+    to_first = stop is None or (known is not None and stop < -known)
+    return from_last and to_first
+
+
+def _bounds(
+    lengths: Tensor, start: int | None, stop: int | None, step: int
+) -> tuple[Tensor, Tensor]:
+    """Per-segment first position and row count of ``[start:stop:step]`` (``slice.indices``)."""
+
+    def clip(bound: int, lowest: int, top: Tensor) -> Tensor:
+        # negative bounds count from the end and stop at `lowest`; others stop at `top`
+        return (lengths + bound).clamp_min(lowest) if bound < 0 else top.clamp_max(bound)
+
+    if step > 0:
+        low = torch.zeros_like(lengths) if start is None else clip(start, 0, lengths)
+        high = lengths if stop is None else clip(stop, 0, lengths)
+        count = torch.div(high - low + (step - 1), step, rounding_mode="floor")
+    else:
+        top = lengths - 1
+        low = top if start is None else clip(start, -1, top)
+        high = torch.full_like(lengths, -1) if stop is None else clip(stop, -1, top)
+        count = torch.div(low - high + (-step - 1), -step, rounding_mode="floor")
+    return low, count.clamp_min(0)
