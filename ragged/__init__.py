@@ -13,6 +13,8 @@ tensor([[0., 1., 2.],
 """
 
 from . import _pytree, _serialization
+from . import data as data  # ragged.data: collate, batch samplers, micro-batch planner
+from . import distributed as distributed  # ragged.distributed: collectives and sharding
 from ._array import RaggedArray as RaggedArray
 from ._convert import to_list as to_list
 from ._convert import to_mask as to_mask
@@ -28,6 +30,14 @@ from ._factories import from_segment_ids as from_segment_ids
 from ._partition import Partition as Partition
 from ._partition import RowPartition as RowPartition
 from ._shape import RaggedShape as RaggedShape
+from .interop import from_danling as from_danling
+from .interop import from_hf as from_hf
+from .interop import from_packed_sequence as from_packed_sequence
+from .interop import from_pyg as from_pyg
+from .interop import to_danling as to_danling
+from .interop import to_hf as to_hf
+from .interop import to_packed_sequence as to_packed_sequence
+from .interop import to_pyg as to_pyg
 from .ops import *  # noqa: F403  (the op library, listed in ragged.ops.__all__)
 from .ops import __all__ as _ops_all
 
@@ -43,14 +53,22 @@ __all__ = [
     "RaggedShape",
     "RowPartition",
     "array",
+    "from_danling",
+    "from_hf",
     "from_lengths",
     "from_nested",
     "from_offsets",
+    "from_packed_sequence",
     "from_padded",
+    "from_pyg",
     "from_segment_ids",
+    "to_danling",
+    "to_hf",
     "to_list",
     "to_mask",
     "to_nested",
+    "to_packed_sequence",
     "to_padded",
+    "to_pyg",
     "unbind",
 ]
