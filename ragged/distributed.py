@@ -189,8 +189,9 @@ def scatter(
     plans: list[Any] | None = None
     if is_src:
         x = _check_array(func, x)
-        bounds = shard_bounds(x.lengths, world)
-        chunks = [_slice(x, a, b) for a, b in itertools.pairwise(bounds)]
+        host = x.lengths.tolist()
+        bounds = shard_bounds(host, world)
+        chunks = [_slice(x, host, a, b) for a, b in itertools.pairwise(bounds)]
         metas = [_meta(c) for c in chunks]
         # `scatter` needs equal sizes: every rank also learns the largest chunk's.
         sizes = (max(m.num for m in metas), max(m.total for m in metas))
@@ -246,13 +247,16 @@ def shard_bounds(lengths: Sequence[int] | Tensor, world_size: int) -> list[int]:
     return bounds
 
 
-def _slice(x: RaggedArray, start: int, stop: int) -> RaggedArray:
+def _slice(x: RaggedArray, host: list[int], start: int, stop: int) -> RaggedArray:
+    """Segments ``start:stop`` (a view of the values), from the host ``lengths`` (no read)."""
     level = x.partition.levels[0]
-    first, last = level.offsets[[start, stop]].tolist()
-    lengths = level.lengths[start:stop]
-    longest = int(lengths.max()) if stop > start else 0
+    first = sum(host[:start])
+    last = first + sum(host[start:stop])
     new = RowPartition(
-        level.offsets[start : stop + 1] - first, lengths, level.row_ids[first:last] - start, longest
+        level.offsets[start : stop + 1] - first,
+        level.lengths[start:stop],
+        level.row_ids[first:last] - start,
+        max(host[start:stop], default=0),
     )
     return RaggedArray(x.values[first:last], Partition((new,)), x.axes)
 
@@ -280,8 +284,9 @@ def shard(lengths_or_x: Sequence[int] | Tensor | RaggedArray, world_size: int, r
         raise value_error(func, "rank", f"must be an int in [0, {world_size})", repr(rank))
     if isinstance(lengths_or_x, RaggedArray):
         x = _check_array(func, lengths_or_x)
-        bounds = shard_bounds(x.lengths, world_size)
-        return _slice(x, bounds[rank], bounds[rank + 1])
+        host = x.lengths.tolist()
+        bounds = shard_bounds(host, world_size)
+        return _slice(x, host, bounds[rank], bounds[rank + 1])
     bounds = shard_bounds(lengths_or_x, world_size)
     return range(bounds[rank], bounds[rank + 1])
 

@@ -147,12 +147,12 @@ def from_packed_sequence(ps: PackedSequence) -> RaggedArray:
     per_size = torch.bincount(batch_sizes, minlength=num + 1)
     sorted_lengths = longest - torch.cumsum(per_size, 0)[:num]
     if unsorted_indices is None:
-        rank = torch.arange(num)
-        lengths = sorted_lengths
-    else:
-        rank = unsorted_indices.cpu().to(torch.int64)
-        lengths = sorted_lengths[rank]
-    level = RowPartition.from_lengths(lengths.to(data.device), data.shape[0], longest)
+        rank = torch.arange(num, device=data.device)
+        lengths = sorted_lengths.to(data.device)
+    else:  # stays on the data's device: no read
+        rank = unsorted_indices.to(data.device, torch.int64)
+        lengths = sorted_lengths.to(data.device)[rank]
+    level = RowPartition.from_lengths(lengths, data.shape[0], longest)
     source = _packed_index(level, batch_sizes, rank, data.device)
     return RaggedArray(data.index_select(0, source), Partition((level,)))
 

@@ -105,6 +105,14 @@ def test_collate_partitions_differ_for_different_lengths():
             "['a'] in sample 0, ['b'] in sample 1.",
         ),
         (
+            [{"ids": [1, 2, 3]}, {"ids": [4]}],
+            {},
+            TypeError,
+            "ragged.data.collate: `samples` must share one structure at ['ids'] (lists and tuples "
+            "are containers: give a variable-length field as a tensor), got length 3 in sample 0, "
+            "1 in sample 1.",
+        ),
+        (
             [{"a": torch.ones(2, 3)}, {"a": torch.ones(1, 4)}],
             {},
             ValueError,

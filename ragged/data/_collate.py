@@ -142,9 +142,11 @@ class _Collator:
             for b, item in enumerate(items):
                 if len(item) != len(first):
                     got = f"length {len(first)} in sample 0, {len(item)} in sample {b}"
-                    raise type_error(
-                        _FUNC, "samples", f"must share one structure at {_path_text(path)}", got
+                    expected = (
+                        f"must share one structure at {_path_text(path)} (lists and tuples are "
+                        "containers: give a variable-length field as a tensor)"
                     )
+                    raise type_error(_FUNC, "samples", expected, got)
             names = getattr(first, "_fields", None)  # a namedtuple's fields go by name
             keys = names if isinstance(first, tuple) and names else range(len(first))
             fields = [
