@@ -252,3 +252,11 @@ def test_danling_errors():
 def test_converters_reject_non_ragged(convert):
     with pytest.raises(TypeError, match="`x` must be a RaggedArray"):
         convert(torch.ones(2, 2))
+
+
+def test_interop_names_are_exported_at_the_top_level():
+    from ragged import interop
+
+    for name in interop.__all__:
+        assert name in ragged.__all__
+        assert getattr(ragged, name) is getattr(interop, name)
