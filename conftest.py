@@ -1,9 +1,11 @@
 """Settings for every test run (doctests in ragged/, docs/ and README.md, and tests/)."""
 
+import importlib.util
 import sys
 
 import pytest
 import torch
+from _pytest.doctest import DoctestItem
 
 import ragged
 
@@ -18,3 +20,14 @@ def _main_module_globals(monkeypatch):
     main = sys.modules["__main__"]
     monkeypatch.setattr(main, "ragged", ragged, raising=False)
     monkeypatch.setattr(main, "torch", torch, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _skip_optional_doctests(request):
+    # DanLing is an optional extra: its conversion examples run only where it is installed.
+    if (
+        isinstance(request.node, DoctestItem)
+        and "danling" in request.node.name
+        and importlib.util.find_spec("danling") is None
+    ):
+        pytest.skip("danling is not installed (pip install torch-ragged[danling])")

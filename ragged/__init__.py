@@ -12,7 +12,9 @@ tensor([[0., 1., 2.],
         [3., 4., 5.]])
 """
 
-from . import _pytree, _serialization
+from . import _pytree, _serialization, func
+from . import data as data  # ragged.data: collate, batch samplers, micro-batch planner
+from . import distributed as distributed  # ragged.distributed: collectives and sharding
 from ._array import RaggedArray as RaggedArray
 from ._convert import to_list as to_list
 from ._convert import to_mask as to_mask
@@ -29,9 +31,20 @@ from ._partition import Partition as Partition
 from ._partition import RowPartition as RowPartition
 from ._shape import RaggedShape as RaggedShape
 from .func import *  # noqa: F403  (transforms, listed in ragged.func.__all__)
-from .func import __all__ as _func_all
-from .ops import *  # noqa: F403  (the op library, listed in ragged.ops.__all__)
-from .ops import __all__ as _ops_all
+from .interop import from_danling as from_danling
+from .interop import from_hf as from_hf
+from .interop import from_packed_sequence as from_packed_sequence
+from .interop import from_pyg as from_pyg
+from .interop import to_danling as to_danling
+from .interop import to_hf as to_hf
+from .interop import to_packed_sequence as to_packed_sequence
+from .interop import to_pyg as to_pyg
+from .ops import _elementwise as _ops_elementwise
+from .ops import _index as _ops_index
+from .ops import _reduce as _ops_reduce
+from .ops._elementwise import *  # noqa: F403
+from .ops._index import *  # noqa: F403
+from .ops._reduce import *  # noqa: F403
 
 _pytree.register()
 _serialization.register()
@@ -39,21 +52,31 @@ _serialization.register()
 __version__ = "0.1.0"
 
 __all__ = [
-    *_ops_all,
-    *_func_all,
     "Partition",
     "RaggedArray",
     "RaggedShape",
     "RowPartition",
     "array",
+    "from_danling",
+    "from_hf",
     "from_lengths",
     "from_nested",
     "from_offsets",
+    "from_packed_sequence",
     "from_padded",
+    "from_pyg",
     "from_segment_ids",
+    "to_danling",
+    "to_hf",
     "to_list",
     "to_mask",
     "to_nested",
+    "to_packed_sequence",
     "to_padded",
+    "to_pyg",
     "unbind",
 ]
+__all__ += _ops_elementwise.__all__
+__all__ += _ops_index.__all__
+__all__ += _ops_reduce.__all__
+__all__ += func.__all__

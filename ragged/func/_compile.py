@@ -27,5 +27,5 @@ def dynamic_shapes() -> Iterator[None]:
     >>> [o.tolist() for o in outs]
     [[[3.0, 3.0, 3.0, 3.0]], [[1.0, 1.0, 1.0, 1.0]], [[0.0, 0.0, 0.0, 0.0]]]
     """
-    with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False):
+    with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False):  # type: ignore[attr-defined]
         yield

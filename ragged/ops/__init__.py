@@ -9,8 +9,7 @@ from ._elementwise import *  # noqa: F403
 from ._index import *  # noqa: F403
 from ._reduce import *  # noqa: F403
 
-__all__ = [
-    *_elementwise.__all__,
-    *_index.__all__,
-    *_reduce.__all__,
-]
+__all__: list[str] = []
+__all__ += _elementwise.__all__
+__all__ += _index.__all__
+__all__ += _reduce.__all__
