@@ -122,10 +122,12 @@ def from_lengths(
     values = _values(func, values)
     lengths_t, host = _index_arg(func, "lengths", lengths, values.device)
     total = values.shape[0]
-    max_length = None
+    max_length = squares = None
     if host is None and _checking(validate) and lengths_t.numel():
-        host_stats = torch.stack([lengths_t.min(), lengths_t.sum(), lengths_t.max()]).tolist()
-        low, summed, max_length = host_stats
+        host_stats = torch.stack(
+            [lengths_t.min(), lengths_t.sum(), lengths_t.max(), (lengths_t * lengths_t).sum()]
+        ).tolist()
+        low, summed, max_length, squares = host_stats
         if low < 0:
             b = int(torch.argmin(lengths_t))
             raise value_error(func, "lengths", "must be non-negative", f"lengths[{b}] = {low}")
@@ -135,9 +137,10 @@ def from_lengths(
             )
     elif host is not None:
         max_length = _check_lengths(func, host, total, "values.shape[0]")
+        squares = sum(n * n for n in host)
     elif _checking(validate) and total != 0:
         raise value_error(func, "lengths", f"must sum to values.shape[0] = {total}", "sum 0")
-    partition = Partition((RowPartition.from_lengths(lengths_t, total, max_length),))
+    partition = Partition((RowPartition.from_lengths(lengths_t, total, max_length, squares),))
     return _named(func, values, partition, axes)
 
 
@@ -172,18 +175,21 @@ def from_offsets(
             func, "offsets", "must have at least one entry (B + 1 for B segments)", "[]"
         )
     total = values.shape[0]
-    max_length = None
+    max_length = squares = None
     stats: list[int] | None = None
     if host is not None:
         steps = [b - a for a, b in itertools.pairwise(host)]
-        stats = [host[0], host[-1], min(steps, default=0), max(steps, default=0)]
+        squares = sum(n * n for n in steps)
+        stats = [host[0], host[-1], min(steps, default=0), max(steps, default=0), squares]
     elif _checking(validate):
         steps_t = torch.diff(offsets_t)
         if steps_t.numel() == 0:
             steps_t = offsets_t.new_zeros(1)
-        stats = torch.stack([offsets_t[0], offsets_t[-1], steps_t.min(), steps_t.max()]).tolist()
+        stats = torch.stack(
+            [offsets_t[0], offsets_t[-1], steps_t.min(), steps_t.max(), (steps_t * steps_t).sum()]
+        ).tolist()
     if stats is not None:
-        first, last, min_step, max_length = stats
+        first, last, min_step, max_length, squares = stats
         if first != 0:
             raise value_error(func, "offsets", "must start at 0", f"offsets[0] = {first}")
         if min_step < 0:
@@ -193,7 +199,7 @@ def from_offsets(
         if last != total:
             expected = f"must end at values.shape[0] = {total}"
             raise value_error(func, "offsets", expected, f"offsets[-1] = {last}")
-    partition = Partition((RowPartition.from_offsets(offsets_t, total, max_length),))
+    partition = Partition((RowPartition.from_offsets(offsets_t, total, max_length, squares),))
     return _named(func, values, partition, axes)
 
 
@@ -232,14 +238,14 @@ def from_segment_ids(
     if ids.shape[0] != total:
         expected = f"must have one id per row of values ({total})"
         raise value_error(func, "segment_ids", expected, f"{ids.shape[0]} ids")
-    max_length = None
+    max_length = squares = None
     if (host is not None or _checking(validate)) and total:
         steps = torch.diff(ids)
         if steps.numel() == 0:
             steps = ids.new_zeros(1)
         lengths = torch.bincount(ids.clamp(0, max(num_segments - 1, 0)), minlength=num_segments)
-        first, last, min_step, max_length = torch.stack(
-            [ids[0], ids[-1], steps.min(), lengths.max()]
+        first, last, min_step, max_length, squares = torch.stack(
+            [ids[0], ids[-1], steps.min(), lengths.max(), (lengths * lengths).sum()]
         ).tolist()
         if min_step < 0:
             at = int(torch.argmin(steps)) + 1
@@ -249,8 +255,8 @@ def from_segment_ids(
             bad = first if first < 0 else last
             raise value_error(func, "segment_ids", f"must be in [0, {num_segments})", f"id {bad}")
     elif total == 0:
-        max_length = 0
-    partition = Partition((RowPartition.from_row_ids(ids, num_segments, max_length),))
+        max_length = squares = 0
+    partition = Partition((RowPartition.from_row_ids(ids, num_segments, max_length, squares),))
     return _named(func, values, partition, axes)
 
 
@@ -321,13 +327,20 @@ def from_padded(
         lengths_t = torch.full((num,), width, dtype=torch.int64, device=padded.device)
         host = [width] * num
     if host is None:
-        stats = torch.stack([lengths_t.min(), lengths_t.max(), lengths_t.sum()]) if num else None
-        low, high, total = stats.tolist() if stats is not None else (0, 0, 0)
+        stats = (
+            torch.stack(
+                [lengths_t.min(), lengths_t.max(), lengths_t.sum(), (lengths_t * lengths_t).sum()]
+            )
+            if num
+            else None
+        )
+        low, high, total, squares = stats.tolist() if stats is not None else (0, 0, 0, 0)
     else:
         low, high, total = min(host, default=0), max(host, default=0), sum(host)
+        squares = sum(n * n for n in host)
     if low < 0 or high > width:
         raise value_error(func, "lengths", f"must be in [0, {width}]", f"min {low}, max {high}")
-    level = RowPartition.from_lengths(lengths_t, total, high)
+    level = RowPartition.from_lengths(lengths_t, total, high, squares)
     index = level.row_ids * width + level.positions()
     values = padded.reshape(num * width, *padded.shape[2:]).index_select(0, index)
     return _named(func, values, Partition((level,)), axes)
@@ -494,5 +507,7 @@ def array(
         values, lengths = _segments_from_tensors(func, data, dtype, device)
     total = values.shape[0]
     lengths_t = torch.tensor(lengths, dtype=torch.int64, device=values.device)
-    partition = Partition((RowPartition.from_lengths(lengths_t, total, max(lengths, default=0)),))
+    squares = sum(n * n for n in lengths)
+    level = RowPartition.from_lengths(lengths_t, total, max(lengths, default=0), squares)
+    partition = Partition((level,))
     return _named(func, values, partition, axes)

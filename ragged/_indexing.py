@@ -112,15 +112,18 @@ def select(x: RaggedArray, index: Tensor) -> RaggedArray:
     levels = []
     for level in x.partition.levels:
         lengths = level.lengths[rows]
-        total, longest = _sum_and_max(lengths)
-        new = RowPartition.from_lengths(lengths, total, longest)
+        total, longest, squares = _stats(lengths)
+        new = RowPartition.from_lengths(lengths, total, longest, squares)
         levels.append(new)
         rows = level.offsets[rows][new.row_ids] + new.positions()
     return RaggedArray(x.values[rows], Partition(tuple(levels)), x.axes)
 
 
-def _sum_and_max(lengths: Tensor) -> tuple[int, int]:
+def _stats(lengths: Tensor) -> tuple[int, int, int]:
+    """Sum, max and sum of squares of ``lengths``, read in one transfer."""
     if lengths.numel() == 0:
-        return 0, 0
-    total, longest = torch.stack([lengths.sum(), lengths.max()]).tolist()
-    return total, longest
+        return 0, 0, 0
+    total, longest, squares = torch.stack(
+        [lengths.sum(), lengths.max(), (lengths * lengths).sum()]
+    ).tolist()
+    return total, longest, squares

@@ -35,6 +35,8 @@ class RowPartition:
         max_length: the exact maximum of ``lengths`` as a Python int, or ``None`` when it is
             not known without reading device memory. It is static metadata: under
             ``torch.compile(dynamic=True)`` it becomes a symbolic size.
+        sum_squares: the exact ``sum(lengths ** 2)`` as a Python int, or ``None``: the number of
+            pairs of a pair map over this level, so that building one needs no host sync.
 
     >>> level = RowPartition.from_lengths(torch.tensor([2, 0, 1]), total=3, max_length=2)
     >>> level.offsets, level.row_ids
@@ -45,26 +47,36 @@ class RowPartition:
     lengths: Tensor
     row_ids: Tensor
     max_length: int | None
+    sum_squares: int | None = None
 
     @staticmethod
-    def from_lengths(lengths: Tensor, total: int, max_length: int | None = None) -> RowPartition:
+    def from_lengths(
+        lengths: Tensor, total: int, max_length: int | None = None, sum_squares: int | None = None
+    ) -> RowPartition:
         """Build a level from trusted int64 ``lengths`` that sum to ``total`` (no checks)."""
         offsets = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
-        return RowPartition(offsets, lengths, _row_ids(lengths, total), max_length)
+        return RowPartition(offsets, lengths, _row_ids(lengths, total), max_length, sum_squares)
 
     @staticmethod
-    def from_offsets(offsets: Tensor, total: int, max_length: int | None = None) -> RowPartition:
+    def from_offsets(
+        offsets: Tensor, total: int, max_length: int | None = None, sum_squares: int | None = None
+    ) -> RowPartition:
         """Build a level from trusted int64 ``offsets`` ending at ``total`` (no checks)."""
         lengths = torch.diff(offsets)
-        return RowPartition(offsets, lengths, _row_ids(lengths, total), max_length)
+        return RowPartition(offsets, lengths, _row_ids(lengths, total), max_length, sum_squares)
 
     @staticmethod
-    def from_row_ids(row_ids: Tensor, num_rows: int, max_length: int | None = None) -> RowPartition:
+    def from_row_ids(
+        row_ids: Tensor,
+        num_rows: int,
+        max_length: int | None = None,
+        sum_squares: int | None = None,
+    ) -> RowPartition:
         """Build a level from trusted sorted int64 ``row_ids`` in ``[0, num_rows)`` (no checks)."""
         lengths = torch.zeros(num_rows, dtype=torch.int64, device=row_ids.device)
         lengths = lengths.index_add(0, row_ids, torch.ones_like(row_ids))
         offsets = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
-        return RowPartition(offsets, lengths, row_ids, max_length)
+        return RowPartition(offsets, lengths, row_ids, max_length, sum_squares)
 
     @property
     def num_rows(self) -> int:
@@ -92,6 +104,7 @@ class RowPartition:
             self.lengths.to(device),
             self.row_ids.to(device),
             self.max_length,
+            self.sum_squares,
         )
 
     def __repr__(self) -> str:
@@ -164,6 +177,17 @@ class Partition:
         for level in reversed(self.levels[:-1]):
             ids = level.row_ids[ids]
         return ids
+
+    def sum_squares(self, level: int = 0) -> int:
+        """Exact ``sum(lengths ** 2)`` at ``level`` (the size of a pair map over it).
+
+        Free when known (factories record it from host data); otherwise it reads the lengths once.
+        """
+        known = self.levels[level].sum_squares
+        if known is not None:
+            return known
+        lengths = self.levels[level].lengths
+        return int((lengths * lengths).sum())
 
     def max_length(self, level: int = 0) -> int:
         """Exact maximum length at ``level`` as a Python int.

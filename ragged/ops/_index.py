@@ -32,7 +32,7 @@ from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._broadcast import same_partition
 from .._errors import type_error, typename, value_error
-from .._indexing import _sum_and_max
+from .._indexing import _stats
 from .._partition import Partition, RowPartition
 from ._segment import Segments, segment_sum
 
@@ -333,7 +333,7 @@ def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     keep = mask.values
     segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
     counts = segment_sum(keep.to(torch.int64), segments)
-    total, longest = _sum_and_max(counts)  # the one host sync
+    total, longest, squares = _stats(counts)  # the one host sync
     if total == x.values.shape[0]:
         return RaggedArray(x.values, x.partition, x.axes)
     rows = keep.shape[0]
@@ -342,7 +342,7 @@ def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     source = keep.new_zeros(total + 1, dtype=torch.int64)
     source = source.index_put((destination,), torch.arange(rows, device=keep.device))[:total]
     offsets = torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
-    new = RowPartition(offsets, counts, level.row_ids[source], longest)
+    new = RowPartition(offsets, counts, level.row_ids[source], longest, squares)
     return RaggedArray(x.values.index_select(0, source), Partition((new,)), x.axes)
 
 
@@ -397,7 +397,10 @@ def pad(x: RaggedArray, pad: int | tuple[int, int], value: Any = 0) -> RaggedArr
         torch.arange(num, device=values.device), lengths, output_size=total
     )
     longest = None if level.max_length is None else level.max_length + extra
-    new = RowPartition(offsets, lengths, row_ids, longest)
+    squares = None
+    if level.sum_squares is not None:  # sum (L + e)^2 = sum L^2 + 2 e sum L + B e^2
+        squares = level.sum_squares + 2 * extra * values.shape[0] + num * extra * extra
+    new = RowPartition(offsets, lengths, row_ids, longest, squares)
     destination = torch.arange(values.shape[0], device=values.device) + level.row_ids * extra
     # index_copy copies the (broadcast) fill once: the output is the only large allocation.
     out = fill.expand(total, *values.shape[1:]).index_copy(0, destination + before, values)

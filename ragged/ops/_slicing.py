@@ -53,7 +53,7 @@ from torch import Tensor
 
 from .. import _indexing
 from .._array import RaggedArray
-from .._indexing import _sum_and_max
+from .._indexing import _stats
 from .._partition import Partition, RowPartition
 
 _FUNC = "RaggedArray.__getitem__"
@@ -289,8 +289,8 @@ def slice_segments(x: RaggedArray, start: Any, stop: Any, step: Any) -> RaggedAr
     if _reverses_all(start, stop, step, known):
         new, partition = level, x.partition
     else:
-        total, longest = _sum_and_max(count)  # the one host sync
-        new = RowPartition.from_lengths(count, total, longest)
+        total, longest, squares = _stats(count)  # the one host sync
+        new = RowPartition.from_lengths(count, total, longest, squares)
         partition = Partition((new,))
     rows = new.row_ids
     source = level.offsets[rows] + low[rows] + new.positions() * step
