@@ -4,13 +4,15 @@ One private module per family; each states its axis rule in its docstring and li
 names in ``__all__``.
 """
 
-from . import _combine, _elementwise, _reduce
+from . import _combine, _elementwise, _reduce, _sort
 from ._combine import *  # noqa: F403
 from ._elementwise import *  # noqa: F403
 from ._reduce import *  # noqa: F403
+from ._sort import *  # noqa: F403
 
 __all__ = [
     *_combine.__all__,
     *_elementwise.__all__,
     *_reduce.__all__,
+    *_sort.__all__,
 ]

@@ -154,6 +154,7 @@ MODULES = [
     "combine",
     "elementwise",
     "reductions",
+    "sort",
 ]
 
 
