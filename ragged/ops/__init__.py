@@ -1,15 +1,19 @@
 """Pure functional ops on RaggedArrays (re-exported at the top level as ``ragged.<name>``).
 
 One private module per family; each states its axis rule in its docstring and lists its public
-names in ``__all__``.
+names in a literal ``__all__``.
 """
 
-from . import _elementwise, _index, _reduce
+from . import _combine, _elementwise, _index, _reduce, _sort
+from ._combine import *  # noqa: F403
 from ._elementwise import *  # noqa: F403
 from ._index import *  # noqa: F403
 from ._reduce import *  # noqa: F403
+from ._sort import *  # noqa: F403
 
 __all__: list[str] = []
+__all__ += _combine.__all__
 __all__ += _elementwise.__all__
 __all__ += _index.__all__
 __all__ += _reduce.__all__
+__all__ += _sort.__all__

@@ -151,9 +151,11 @@ def or_empty(
 
 # One table module per op family; each defines OPS.
 MODULES = [
+    "combine",
     "elementwise",
     "indexing",
     "reductions",
+    "sort",
 ]
 
 
