@@ -4,11 +4,13 @@ One private module per family; each states its axis rule in its docstring and li
 names in ``__all__``.
 """
 
-from . import _elementwise, _reduce
+from . import _elementwise, _linalg, _reduce
 from ._elementwise import *  # noqa: F403
+from ._linalg import *  # noqa: F403
 from ._reduce import *  # noqa: F403
 
 __all__ = [
     *_elementwise.__all__,
+    *_linalg.__all__,
     *_reduce.__all__,
 ]

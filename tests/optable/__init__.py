@@ -152,6 +152,7 @@ def or_empty(
 # One table module per op family; each defines OPS.
 MODULES = [
     "elementwise",
+    "linalg",
     "reductions",
 ]
 
