@@ -4,13 +4,15 @@ One private module per family; each states its axis rule in its docstring and li
 names in ``__all__``.
 """
 
-from . import _elementwise, _linalg, _reduce
+from . import _elementwise, _linalg, _reduce, _sample
 from ._elementwise import *  # noqa: F403
 from ._linalg import *  # noqa: F403
 from ._reduce import *  # noqa: F403
+from ._sample import *  # noqa: F403
 
 __all__ = [
     *_elementwise.__all__,
     *_linalg.__all__,
     *_reduce.__all__,
+    *_sample.__all__,
 ]

@@ -154,6 +154,7 @@ MODULES = [
     "elementwise",
     "linalg",
     "reductions",
+    "sample",
 ]
 
 
