@@ -338,6 +338,12 @@ class RaggedArray:
     def __neg__(self) -> RaggedArray:
         return _ew.negative(self)
 
+    def __matmul__(self, other: Any) -> RaggedArray:
+        return _linalg.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> RaggedArray:
+        return _linalg.matmul(other, self)
+
     def __pos__(self) -> RaggedArray:
         return self
 
@@ -349,3 +355,4 @@ class RaggedArray:
 
 # Imported last: the ops import RaggedArray from this module.
 from .ops import _elementwise as _ew  # noqa: E402
+from .ops import _linalg  # noqa: E402

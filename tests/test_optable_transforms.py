@@ -123,11 +123,13 @@ def test_vmap_over_a_leading_batch_of_values(op_id: str) -> None:
         call = list(args)
         call[pos] = x.with_values(v)
         out = info.op(*call, **sample.kwargs)
-        return out.values if isinstance(out, ragged.RaggedArray) else out
+        outs = out if isinstance(out, tuple) else (out,)
+        return tuple(o.values if isinstance(o, ragged.RaggedArray) else o for o in outs)
 
     batched = torch.func.vmap(fn)(ensemble)
-    looped = torch.stack([fn(v) for v in ensemble])
-    torch.testing.assert_close(batched, looped, equal_nan=True)
+    looped = [fn(v) for v in ensemble]
+    for k, got in enumerate(batched):
+        torch.testing.assert_close(got, torch.stack([out[k] for out in looped]), equal_nan=True)
 
 
 def compile_batches(info: OpInfo) -> list[tuple[Any, ...]]:
@@ -149,11 +151,14 @@ def test_compiles_once_without_syncs(op_id: str) -> None:
     batches = compile_batches(info)
     kwargs = batches[0][0].kwargs
     fn = lambda *args: info.op(*args, **kwargs)
+    # aot_eager trips a torch 2.13 assertion on some data-dependent sizes ("possible memo
+    # disaster" in rebind_unbacked): data-dependent ops are checked at the Dynamo level.
+    backend = "eager" if info.data_dependent else "aot_eager"
     with ragged.dynamic_shapes():
         report = ragged.testing.check_compile(
             fn,
             [args for _, args in batches],
-            backend="aot_eager",
+            backend=backend,
             allow_unbacked=info.data_dependent,
             max_graphs=1,
             equal_nan=True,

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .._array import RaggedArray
 from .._axes import AxisNames, check_names, normalize_axis
@@ -234,7 +235,8 @@ def _concat_ragged(
     lengths = levels[0].lengths
     for level in levels[1:]:
         lengths = lengths + level.lengths
-    if num == 1:  # one segment: joining it is joining the values
+    if statically_known_true(num == 1):  # one segment: joining it is joining the values
+        # (statically: compiled code must not branch on a batch of one)
         partition = Partition.from_lengths(lengths, total, total)
         return RaggedArray(values, partition, names)
     same = all(a.partition is arrays[0].partition for a in arrays)

@@ -52,7 +52,8 @@ class Segments:
 
 def use_fast_path(values: Tensor) -> bool:
     """Whether to take the eager fast path for ``values`` (never while compiling)."""
-    return values.numel() >= _FAST_MIN_NUMEL and not torch.compiler.is_compiling()
+    # Check compiling first: the size may be data-dependent (unbacked) inside a compiled graph.
+    return not torch.compiler.is_compiling() and values.numel() >= _FAST_MIN_NUMEL
 
 
 def _chunks(rows: int, row_numel: int, itemsize: int) -> Iterator[slice]:

@@ -81,7 +81,10 @@ def _signed_rank(columns: Tensor, descending: bool) -> Tensor:
         rank = rank.view(_AS_INT[width])
         magnitude = (1 << (width - 1)) - 1
         rank ^= (rank >> (width - 1)).bitwise_and_(magnitude)
-        rank.masked_fill_(torch.isnan(columns), magnitude)
+        if torch.compiler.is_compiling():  # masked_fill's decomposition guards on size 1
+            rank = torch.where(torch.isnan(columns), magnitude, rank)
+        else:
+            rank.masked_fill_(torch.isnan(columns), magnitude)
     return rank.bitwise_not_() if descending else rank
 
 

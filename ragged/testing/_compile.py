@@ -48,8 +48,7 @@ class _Recorder:
         self.report.graphs += 1
         inputs: set[Any] = set()
         for node in gm.graph.nodes:
-            value = node.meta.get("example_value")
-            symbols = free_unbacked_symbols(value) if value is not None else set()
+            symbols = _unbacked(node.meta.get("example_value"))
             if node.op == "placeholder":
                 inputs |= symbols  # sizes marked unbacked on purpose (mark_unbacked)
             elif symbols - inputs:
@@ -57,6 +56,15 @@ class _Recorder:
             if _is_sync(node):
                 self.report.syncs.append(_describe(node))
         return self.backend(gm, example_inputs)
+
+
+def _unbacked(value: Any) -> set[Any]:
+    if value is None:
+        return set()
+    try:
+        return free_unbacked_symbols(value)
+    except AssertionError:  # torch 2.13 asserts on some unbacked symbols it cannot trace back
+        return {"<unbacked>"}
 
 
 def _describe(node: torch.fx.Node) -> str:

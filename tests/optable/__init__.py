@@ -154,7 +154,9 @@ MODULES = [
     "combine",
     "elementwise",
     "indexing",
+    "linalg",
     "reductions",
+    "sample",
     "sort",
 ]
 
