@@ -62,7 +62,7 @@ def _unbacked(value: Any) -> set[Any]:
     if value is None:
         return set()
     try:
-        return free_unbacked_symbols(value)
+        return set(free_unbacked_symbols(value))
     except AssertionError:  # torch 2.13 asserts on some unbacked symbols it cannot trace back
         return {"<unbacked>"}
 
