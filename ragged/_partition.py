@@ -37,6 +37,10 @@ class RowPartition:
             ``torch.compile(dynamic=True)`` it becomes a symbolic size.
         sum_squares: the exact ``sum(lengths ** 2)`` as a Python int, or ``None``: the number of
             pairs of a pair map over this level, so that building one needs no host sync.
+        columns: for a *product* level (every row of segment ``b`` has the same length ``M_b``,
+            as in a pair map ``(B, N*, M*)``), the one-level partition whose lengths are the
+            ``M_b``; ``None`` for a general nested level. Fast paths use it to treat each
+            segment as a dense ``N_b x M_b`` block.
 
     >>> level = RowPartition.from_lengths(torch.tensor([2, 0, 1]), total=3, max_length=2)
     >>> level.offsets, level.row_ids
@@ -48,14 +52,20 @@ class RowPartition:
     row_ids: Tensor
     max_length: int | None
     sum_squares: int | None = None
+    columns: RowPartition | None = None
 
     @staticmethod
     def from_lengths(
-        lengths: Tensor, total: int, max_length: int | None = None, sum_squares: int | None = None
+        lengths: Tensor,
+        total: int,
+        max_length: int | None = None,
+        sum_squares: int | None = None,
+        columns: RowPartition | None = None,
     ) -> RowPartition:
         """Build a level from trusted int64 ``lengths`` that sum to ``total`` (no checks)."""
         offsets = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
-        return RowPartition(offsets, lengths, _row_ids(lengths, total), max_length, sum_squares)
+        row_ids = _row_ids(lengths, total)
+        return RowPartition(offsets, lengths, row_ids, max_length, sum_squares, columns)
 
     @staticmethod
     def from_offsets(
@@ -105,6 +115,7 @@ class RowPartition:
             self.row_ids.to(device),
             self.max_length,
             self.sum_squares,
+            None if self.columns is None else self.columns.to(device),
         )
 
     def __repr__(self) -> str:
@@ -140,6 +151,30 @@ class Partition:
     def from_lengths(lengths: Tensor, total: int, max_length: int | None = None) -> Partition:
         """A one-level partition from trusted int64 ``lengths`` (no checks)."""
         return Partition((RowPartition.from_lengths(lengths, total, max_length),))
+
+    @staticmethod
+    def outer(rows: RowPartition, columns: RowPartition) -> Partition:
+        """The product partition of a pair map ``(B, N*, M*)``.
+
+        Segment ``b`` is a dense ``N_b x M_b`` block stored row-major: ``rows`` splits the
+        segments into their ``N_b`` rows (and is kept as level 0, the same object), and each row
+        of segment ``b`` has ``M_b = columns.lengths[b]`` entries. The number of pairs is
+        ``sum(N_b * M_b)``: free for a square map (``rows is columns``) whose ``sum_squares`` is
+        known, otherwise read once from the device.
+
+        >>> level = RowPartition.from_lengths(torch.tensor([2, 0, 1]), 3, 2, 5)
+        >>> pairs = Partition.outer(level, level)
+        >>> pairs.levels[1].lengths, pairs.num_values
+        (tensor([2, 2, 1]), 5)
+        """
+        if rows is columns and rows.sum_squares is not None:
+            total = rows.sum_squares
+        else:
+            total = int((rows.lengths * columns.lengths).sum())
+        lengths = columns.lengths.index_select(0, rows.row_ids)
+        squares = None
+        level = RowPartition.from_lengths(lengths, total, columns.max_length, squares, columns)
+        return Partition((rows, level))
 
     @property
     def num_segments(self) -> int:
