@@ -24,6 +24,7 @@ from ._convert import unbind as unbind
 from ._factories import array as array
 from ._factories import from_lengths as from_lengths
 from ._factories import from_nested as from_nested
+from ._factories import from_nested_lengths as from_nested_lengths
 from ._factories import from_offsets as from_offsets
 from ._factories import from_padded as from_padded
 from ._factories import from_segment_ids as from_segment_ids
@@ -43,6 +44,7 @@ from .ops import _combine as _ops_combine
 from .ops import _elementwise as _ops_elementwise
 from .ops import _index as _ops_index
 from .ops import _linalg as _ops_linalg
+from .ops import _pairs as _ops_pairs
 from .ops import _reduce as _ops_reduce
 from .ops import _sample as _ops_sample
 from .ops import _sort as _ops_sort
@@ -50,6 +52,7 @@ from .ops._combine import *  # noqa: F403
 from .ops._elementwise import *  # noqa: F403
 from .ops._index import *  # noqa: F403
 from .ops._linalg import *  # noqa: F403
+from .ops._pairs import *  # noqa: F403
 from .ops._reduce import *  # noqa: F403
 from .ops._sample import *  # noqa: F403
 from .ops._sort import *  # noqa: F403
@@ -69,6 +72,7 @@ __all__ = [
     "from_hf",
     "from_lengths",
     "from_nested",
+    "from_nested_lengths",
     "from_offsets",
     "from_packed_sequence",
     "from_padded",
@@ -88,6 +92,7 @@ __all__ += _ops_combine.__all__
 __all__ += _ops_elementwise.__all__
 __all__ += _ops_index.__all__
 __all__ += _ops_linalg.__all__
+__all__ += _ops_pairs.__all__
 __all__ += _ops_reduce.__all__
 __all__ += _ops_sample.__all__
 __all__ += _ops_sort.__all__

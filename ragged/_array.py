@@ -112,6 +112,19 @@ class RaggedArray:
         """Whether the values require grad."""
         return self.values.requires_grad
 
+    @property
+    def mT(self) -> Any:
+        """``x.mT``: only for ``x @ y.mT``, the per-segment pair map ``x_b @ y_b^T``.
+
+        >>> import ragged
+        >>> x = ragged.array([[[1.0, 2.0]], [[0.0, 1.0], [1.0, 0.0]]])
+        >>> (x @ x.mT).shape
+        RaggedShape(2, [1, 2], [[1], [2, 2]])
+        """
+        from .ops._pairs import RaggedTranspose
+
+        return RaggedTranspose(self)
+
     def segment_ids(self) -> Tensor:
         """The segment of each row of ``values``, int64 ``[total]`` (no copy, no sync).
 

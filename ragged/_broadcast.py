@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from ._array import RaggedArray
-from ._partition import Partition
+from ._partition import Partition, RowPartition
 
 Aligned = tuple[Any, Any, Partition, "tuple[str, ...] | None"]
 
@@ -64,6 +64,9 @@ def align(func: str, a: Any, b: Any) -> Aligned:
     if isinstance(a, RaggedArray) and isinstance(b, RaggedArray):
         if a.axes is not None and b.axes is not None:
             return _align_named(func, a, b)
+        pairs = _positional_outer(func, a, b)
+        if pairs is not None:
+            return pairs
         partition = same_partition(func, a, b)
         if a.ndim != b.ndim:
             raise ValueError(
@@ -150,8 +153,101 @@ def _mismatch(func: str, a: Any, b: Any, why: str) -> ValueError:
     return ValueError(f"{func}: {why}: {describe(a)} vs {describe(b)}.")
 
 
+def _is_column(x: RaggedArray) -> bool:
+    """``(B, N*, 1, ...)``: one ragged axis followed by a size-1 axis."""
+    return x.ragged_ndim == 1 and x.values.dim() >= 2 and x.values.shape[1] == 1
+
+
+def _is_row(x: RaggedArray) -> bool:
+    """``(B, 1, M*, ...)``: a size-1 axis (``x[:, None]``) before the ragged axis."""
+    return x.ragged_ndim == 2 and x.partition.levels[0].unit
+
+
+def _same_level(a: RowPartition, b: RowPartition) -> bool:
+    """Identity, else equal offsets (one comparison)."""
+    return a is b or (
+        a.offsets.shape == b.offsets.shape and bool(torch.equal(a.offsets, b.offsets))
+    )
+
+
+def _pair_operand(func: str, pairs: RaggedArray, other: RaggedArray) -> Tensor | None:
+    """``other``'s rows for every entry of the pair map ``pairs`` when ``other`` is a size-1
+    broadcast of it: ``(B, N*, 1, ...)`` (one value per row ``i``) or ``(B, 1, M*, ...)`` (one
+    per column ``j``); ``None`` if it is neither."""
+    rows, cells = pairs.partition.levels
+    columns = cells.columns
+    if columns is None:
+        return None
+    if _is_column(other) and _same_level(other.partition.levels[0], rows):
+        return other.values[:, 0].index_select(0, cells.row_ids)
+    if _is_row(other) and _same_level(other.partition.levels[1], columns):
+        segment = rows.row_ids.index_select(0, cells.row_ids)
+        index = columns.offsets.index_select(0, segment) + cells.positions()
+        return other.values.index_select(0, index)
+    return None
+
+
+def _positional_outer(func: str, a: RaggedArray, b: RaggedArray) -> Aligned | None:
+    """Broadcasts that create or follow a pair map: ``(B, N*, 1, ...)`` against
+    ``(B, 1, M*, ...)`` (either order) gives ``(B, N*, M*, ...)``; either of them against such a
+    pair map broadcasts over the pair map's other ragged axis."""
+    if a.ragged_ndim == 2 and b.partition is not a.partition:
+        gathered = _pair_operand(func, a, b)
+        if gathered is not None:
+            _check_inner(func, a.values.shape[1:], gathered.shape[1:], a, b)
+            return a.values, gathered, a.partition, a.axes
+    if b.ragged_ndim == 2 and b.partition is not a.partition:
+        gathered = _pair_operand(func, b, a)
+        if gathered is not None:
+            _check_inner(func, gathered.shape[1:], b.values.shape[1:], a, b)
+            return gathered, b.values, b.partition, b.axes
+    if _is_column(a) and _is_row(b):
+        column, row, swap = a, b, False
+    elif _is_row(a) and _is_column(b):
+        column, row, swap = b, a, True
+    else:
+        return None
+    from .ops._pairs import pair_index
+
+    if column.num_segments != row.num_segments:
+        raise _mismatch(func, a, b, "outer broadcasting needs the same number of segments")
+    _check_inner(func, column.values.shape[2:], row.values.shape[1:], a, b)
+    index = pair_index(column.partition.levels[0], row.partition.levels[1])
+    left = column.values[:, 0].index_select(0, index.left)
+    right = row.values.index_select(0, index.right)
+    return (right, left, index.partition, None) if swap else (left, right, index.partition, None)
+
+
+def _named_outer(func: str, a: RaggedArray, b: RaggedArray) -> Aligned:
+    """Two one-level arrays whose ragged axes have different names: their pair map."""
+    from .ops._pairs import pair_index
+
+    a_axes, b_axes = a.axes or (), b.axes or ()
+    if a.num_segments != b.num_segments:
+        raise _mismatch(func, a, b, "outer broadcasting needs the same number of segments")
+    a_inner, b_inner = a_axes[2:], b_axes[2:]
+    extra = tuple(n for n in b_inner if n not in a_inner)
+    result_inner = a_inner + extra
+    for name in set(a_inner) & set(b_inner):
+        sa = a.values.shape[1 + a_inner.index(name)]
+        sb = b.values.shape[1 + b_inner.index(name)]
+        if sa != sb and 1 not in (sa, sb):
+            raise _mismatch(func, a, b, f"axis {name!r} has sizes {sa} and {sb}")
+    index = pair_index(a.partition.levels[0], b.partition.levels[0])
+    left = a.values.reshape(*a.values.shape, *[1] * len(extra)).index_select(0, index.left)
+    right = _to_layout(b.values, b_inner, result_inner, leading=1).index_select(0, index.right)
+    return left, right, index.partition, (a_axes[0], a_axes[1], b_axes[1], *result_inner)
+
+
 def _align_named(func: str, a: RaggedArray, b: RaggedArray) -> Aligned:
     a_axes, b_axes = a.axes or (), b.axes or ()
+    if (
+        a.ragged_ndim == b.ragged_ndim == 1
+        and a_axes[0] == b_axes[0]
+        and a_axes[1] not in b_axes
+        and b_axes[1] not in a_axes
+    ):
+        return _named_outer(func, a, b)
     nr = a.ragged_ndim
     if b.ragged_ndim != nr or a_axes[: 1 + nr] != b_axes[: 1 + nr]:
         raise _mismatch(func, a, b, "the batch and ragged axes must have the same names")

@@ -19,12 +19,14 @@ from torch import Tensor
 from ._array import RaggedArray
 from ._axes import check_names
 from ._errors import type_error, typename, value_error
+from ._from_lists import from_lists
 from ._partition import Partition, RowPartition
 
 __all__ = [
     "array",
     "from_lengths",
     "from_nested",
+    "from_nested_lengths",
     "from_offsets",
     "from_padded",
     "from_segment_ids",
@@ -76,14 +78,14 @@ def _named(func: str, values: Tensor, partition: Partition, axes: object) -> Rag
 # --- lengths / offsets / segment ids --------------------------------------------------------
 
 
-def _check_lengths(func: str, host: list[int], total: int, total_text: str) -> int:
+def _check_lengths(
+    func: str, host: list[int], total: int, total_text: str, param: str = "lengths"
+) -> int:
     for b, n in enumerate(host):
         if n < 0:
-            raise value_error(func, "lengths", "must be non-negative", f"lengths[{b}] = {n}")
+            raise value_error(func, param, "must be non-negative", f"{param}[{b}] = {n}")
     if sum(host) != total:
-        raise value_error(
-            func, "lengths", f"must sum to {total_text} = {total}", f"sum {sum(host)}"
-        )
+        raise value_error(func, param, f"must sum to {total_text} = {total}", f"sum {sum(host)}")
     return max(host, default=0)
 
 
@@ -269,6 +271,7 @@ def from_padded(
     *,
     mask: Tensor | None = None,
     axes: Sequence[str] | None = None,
+    pairs: bool = False,
 ) -> RaggedArray:
     """The rows ``padded[b, :lengths[b]]`` of a dense ``(B, L, *inner)`` tensor, packed.
 
@@ -278,10 +281,12 @@ def from_padded(
     they are given as a Python sequence.
 
     Args:
-        padded: ``(B, L, *inner)``.
+        padded: ``(B, L, *inner)``, or ``(B, L, L, *inner)`` with ``pairs=True``.
         lengths: per-segment lengths in ``[0, L]``.
         mask: boolean ``(B, L)``; must be left-aligned (a prefix of each row).
         axes: optional unique names, one per logical axis.
+        pairs: read a padded pair map: the result is the ``(B, L*, L*, *inner)`` array of the
+            blocks ``padded[b, :L_b, :L_b]`` (a product partition, see ``Partition.outer``).
 
     Returns:
         A RaggedArray whose values are gathered from ``padded`` (differentiable).
@@ -290,6 +295,8 @@ def from_padded(
     >>> padded = torch.tensor([[1, 2, 0], [3, 0, 0]])
     >>> ragged.from_padded(padded, mask=padded != 0).to_list()
     [[1, 2], [3]]
+    >>> ragged.from_padded(torch.arange(8).reshape(2, 2, 2), [2, 1], pairs=True).to_list()
+    [[[0, 1], [2, 3]], [[4]]]
     >>> ragged.from_padded(padded, mask=torch.tensor([[True, False, True], [True, False, False]]))
     Traceback (most recent call last):
     ValueError: ragged.from_padded: `mask` must be left-aligned (True on a prefix of each row), got row 0 = [True, False, True].
@@ -297,13 +304,44 @@ def from_padded(
     func = "ragged.from_padded"
     if not isinstance(padded, Tensor):
         raise type_error(func, "padded", "must be a Tensor", typename(padded))
-    if padded.dim() < 2:
+    needed = 3 if pairs else 2
+    if padded.dim() < needed:
+        expected = "(B, L, L, ...)" if pairs else "(B, L, ...)"
         raise value_error(
-            func, "padded", "must have at least 2 dims (B, L, ...)", tuple(padded.shape)
+            func, "padded", f"must have at least {needed} dims {expected}", tuple(padded.shape)
         )
     num, width = padded.shape[0], padded.shape[1]
+    if pairs and padded.shape[2] != width:
+        raise value_error(
+            func, "padded", "must be square in dims 1 and 2 for pairs=True", tuple(padded.shape)
+        )
+    level = _padded_level(func, lengths, mask, num, width, padded.device)
+    if not pairs:
+        index = level.row_ids * width + level.positions()
+        values = padded.reshape(num * width, *padded.shape[2:]).index_select(0, index)
+        return _named(func, values, Partition((level,)), axes)
+    partition = Partition.outer(level, level)
+    cells = partition.levels[1]
+    row = cells.row_ids
+    segment = level.row_ids.index_select(0, row)
+    i = level.positions().index_select(0, row)
+    index = (segment * width + i) * width + cells.positions()
+    values = padded.reshape(num * width * width, *padded.shape[3:]).index_select(0, index)
+    return _named(func, values, partition, axes)
+
+
+def _padded_level(
+    func: str,
+    lengths: Tensor | Sequence[int] | None,
+    mask: Tensor | None,
+    num: int,
+    width: int,
+    device: torch.device,
+) -> RowPartition:
+    """The first ragged level of ``from_padded``, from lengths, a prefix mask, or full rows."""
     if lengths is not None and mask is not None:
         raise TypeError(f"{func}: pass `lengths` or `mask`, not both.")
+    host: list[int] | None
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
             raise type_error(func, "mask", "must be a bool Tensor", typename(mask))
@@ -320,11 +358,11 @@ def from_padded(
             )
         host = None
     elif lengths is not None:
-        lengths_t, host = _index_arg(func, "lengths", lengths, padded.device)
+        lengths_t, host = _index_arg(func, "lengths", lengths, device)
         if lengths_t.shape[0] != num:
             raise value_error(func, "lengths", f"must have {num} entries", lengths_t.shape[0])
     else:
-        lengths_t = torch.full((num,), width, dtype=torch.int64, device=padded.device)
+        lengths_t = torch.full((num,), width, dtype=torch.int64, device=device)
         host = [width] * num
     if host is None:
         stats = (
@@ -340,10 +378,75 @@ def from_padded(
         squares = sum(n * n for n in host)
     if low < 0 or high > width:
         raise value_error(func, "lengths", f"must be in [0, {width}]", f"min {low}, max {high}")
-    level = RowPartition.from_lengths(lengths_t, total, high, squares)
-    index = level.row_ids * width + level.positions()
-    values = padded.reshape(num * width, *padded.shape[2:]).index_select(0, index)
-    return _named(func, values, Partition((level,)), axes)
+    return RowPartition.from_lengths(lengths_t, total, high, squares)
+
+
+def from_nested_lengths(
+    values: Tensor,
+    nested_lengths: Sequence[Tensor | Sequence[int]],
+    *,
+    axes: Sequence[str] | None = None,
+    validate: bool = True,
+) -> RaggedArray:
+    """A RaggedArray with several ragged axes from the lengths of every level.
+
+    ``nested_lengths[0]`` has one length per segment (``B`` entries); ``nested_lengths[k]`` has
+    one per row of level ``k - 1`` (``sum(nested_lengths[k - 1])`` entries); the last level's
+    lengths sum to ``len(values)``. This is TensorFlow's ``from_nested_row_lengths``.
+
+    Args:
+        values: ``[total, *inner]`` (not copied).
+        nested_lengths: per-level lengths (1-D integer tensors or sequences of ints).
+        axes: optional unique names, one per logical axis.
+        validate: check tensor lengths (one small read from the device per level).
+
+    >>> import ragged, torch
+    >>> docs = ragged.from_nested_lengths(torch.arange(6), [[2, 1], [3, 1, 2]])
+    >>> docs.shape, docs.to_list()
+    (RaggedShape(2, [2, 1], [[3, 1], [2]]), [[[0, 1, 2], [3]], [[4, 5]]])
+    """
+    func = "ragged.from_nested_lengths"
+    values = _values(func, values)
+    if (
+        isinstance(nested_lengths, (Tensor, str))
+        or not isinstance(nested_lengths, Sequence)
+        or not nested_lengths
+    ):
+        raise type_error(
+            func,
+            "nested_lengths",
+            "must be a non-empty sequence of per-level lengths",
+            typename(nested_lengths),
+        )
+    parsed = [
+        _index_arg(func, f"nested_lengths[{k}]", lengths, values.device)
+        for k, lengths in enumerate(nested_lengths)
+    ]
+    levels = []
+    longest: int | None
+    squares: int | None
+    for k, (lengths_t, host) in enumerate(parsed):
+        total = parsed[k + 1][0].shape[0] if k + 1 < len(parsed) else values.shape[0]
+        what = f"len(nested_lengths[{k + 1}])" if k + 1 < len(parsed) else "values.shape[0]"
+        if host is not None:
+            longest = _check_lengths(func, host, total, what, param=f"nested_lengths[{k}]")
+            squares = sum(n * n for n in host)
+        elif _checking(validate) and lengths_t.numel():
+            low, summed, longest, squares = torch.stack(
+                [lengths_t.min(), lengths_t.sum(), lengths_t.max(), (lengths_t * lengths_t).sum()]
+            ).tolist()
+            if low < 0:
+                raise value_error(
+                    func, f"nested_lengths[{k}]", "must be non-negative", f"minimum {low}"
+                )
+            if summed != total:
+                raise value_error(
+                    func, f"nested_lengths[{k}]", f"must sum to {what} = {total}", f"sum {summed}"
+                )
+        else:
+            longest = squares = None
+        levels.append(RowPartition.from_lengths(lengths_t, total, longest, squares))
+    return _named(func, values, Partition(tuple(levels)), axes)
 
 
 def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray:
@@ -375,60 +478,7 @@ def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray
     return _named(func, values, Partition((level,)), axes)
 
 
-# --- nested Python data ---------------------------------------------------------------------
-
-
-def _depth(obj: Any, level: int, depths: set[int], empties: list[int]) -> None:
-    """Collect the depth of every scalar (``depths``) and of every empty list (``empties``)."""
-    if isinstance(obj, (list, tuple)):
-        if not obj:
-            empties.append(level)
-        for item in obj:
-            _depth(item, level + 1, depths, empties)
-    else:
-        depths.add(level)
-
-
-def _segments_from_lists(
-    func: str, data: Sequence[Any], dtype: torch.dtype | None, device: Any
-) -> tuple[Tensor, list[int]]:
-    depths: set[int] = set()
-    empties: list[int] = []
-    for b, segment in enumerate(data):
-        if not isinstance(segment, (list, tuple)):
-            raise value_error(
-                func,
-                "data",
-                "must hold one sequence of rows per segment",
-                f"data[{b}] = {segment!r}",
-            )
-        _depth(segment, 1, depths, empties)
-    if len(depths) > 1 or (depths and any(level >= min(depths) for level in empties if level > 1)):
-        found = sorted(depths | {level + 1 for level in empties if level > 1})
-        raise value_error(
-            func, "data", "must be nested lists of one consistent depth", f"depths {found}"
-        )
-    rows = [row for segment in data for row in segment]
-    lengths = [len(segment) for segment in data]
-    try:
-        values = torch.tensor(rows, dtype=dtype, device=device)
-    except (ValueError, TypeError) as err:
-        shapes = sorted({_row_shape(row) for row in rows})
-        raise value_error(
-            func,
-            "data",
-            "must have rows of one shape (a second ragged axis needs ragged_ndim=2)",
-            f"row shapes {shapes}",
-        ) from err
-    return values, lengths
-
-
-def _row_shape(row: Any) -> tuple[int, ...]:
-    shape = []
-    while isinstance(row, (list, tuple)):
-        shape.append(len(row))
-        row = row[0] if row else None
-    return tuple(shape)
+# --- segments as tensors or nested Python lists ---------------------------------------------
 
 
 def _segments_from_tensors(
@@ -471,6 +521,7 @@ def array(
     axes: Sequence[str] | None = None,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
+    ragged_ndim: int | None = None,
 ) -> RaggedArray:
     """A RaggedArray from a sequence of segments (tensors, arrays or nested lists).
 
@@ -481,12 +532,20 @@ def array(
         axes: optional unique names, one per logical axis.
         dtype: convert the values to this dtype (lists: infer, as ``torch.tensor`` does).
         device: put the values on this device.
+        ragged_ndim: number of ragged axes for nested lists (e.g. 2 for documents -> sentences
+            -> tokens). Default: the fewest that fit the data (the deepest axis whose lists
+            differ in length); pass it in data pipelines, where a batch whose sentences happen to
+            have equal lengths must not come out with a dense axis.
 
     >>> import ragged, torch
     >>> ragged.array([torch.ones(2, 3), torch.zeros(0, 3)]).shape
     RaggedShape(2, [2, 0], 3)
     >>> ragged.array([[1, 2], [3.5]]).to_list()
     [[1.0, 2.0], [3.5]]
+    >>> ragged.array([[[1, 2], [3]], [[4]]]).shape          # documents -> sentences -> tokens
+    RaggedShape(2, [2, 1], [[2, 1], [1]])
+    >>> ragged.array([[[1, 2]], [[3, 4], [5, 6]]], ragged_ndim=2).shape
+    RaggedShape(2, [1, 2], [[2], [2, 2]])
     >>> ragged.array([[1, 2], [[3]]])
     Traceback (most recent call last):
     ValueError: ragged.array: `data` must be nested lists of one consistent depth, got depths [2, 3].
@@ -501,13 +560,29 @@ def array(
         )
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise type_error(func, "dtype", "must be a torch.dtype", typename(dtype))
+    if ragged_ndim is not None and (
+        isinstance(ragged_ndim, bool) or not isinstance(ragged_ndim, int)
+    ):
+        raise type_error(func, "ragged_ndim", "must be an int or None", typename(ragged_ndim))
     if all(isinstance(seg, (list, tuple)) for seg in data):
-        values, lengths = _segments_from_lists(func, data, dtype, device)
+        values, levels = from_lists(func, data, ragged_ndim, dtype, device)
     else:
+        if ragged_ndim not in (None, 1):
+            raise value_error(
+                func, "ragged_ndim", "must be 1 for segments given as tensors", ragged_ndim
+            )
         values, lengths = _segments_from_tensors(func, data, dtype, device)
-    total = values.shape[0]
-    lengths_t = torch.tensor(lengths, dtype=torch.int64, device=values.device)
-    squares = sum(n * n for n in lengths)
-    level = RowPartition.from_lengths(lengths_t, total, max(lengths, default=0), squares)
-    partition = Partition((level,))
-    return _named(func, values, partition, axes)
+        levels = [lengths]
+    return _named(func, values, host_partition(levels, values.device), axes)
+
+
+def host_partition(levels: Sequence[list[int]], device: torch.device) -> Partition:
+    """A partition from trusted host lengths per level (max length and squares recorded)."""
+    built = []
+    for lengths in levels:
+        lengths_t = torch.tensor(lengths, dtype=torch.int64, device=device)
+        squares = sum(n * n for n in lengths)
+        built.append(
+            RowPartition.from_lengths(lengths_t, sum(lengths), max(lengths, default=0), squares)
+        )
+    return Partition(tuple(built))

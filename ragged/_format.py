@@ -25,34 +25,56 @@ def _format_segment(segment: Tensor, indent: int) -> str:
     return body.replace("\n" + " " * len("tensor("), "\n" + " " * indent)
 
 
+def _elide(items: list[int]) -> list[int | None]:
+    """The indices to show: all, or the first and last ``_EDGE`` with ``None`` for "..."."""
+    if len(items) <= 2 * _EDGE:
+        return list(items)
+    return [*items[:_EDGE], None, *items[-_EDGE:]]
+
+
+def _format_level(
+    values: Tensor, bounds: list[list[int]], level: int, index: int, indent: int
+) -> str:
+    """Format child ``index`` of ``level``: a tensor at the last level, else nested brackets."""
+    start, end = bounds[level][index], bounds[level][index + 1]
+    if level == len(bounds) - 1:
+        return _format_segment(values[start:end], indent)
+    parts = [
+        "..." if i is None else _format_level(values, bounds, level + 1, i, indent + 1)
+        for i in _elide(list(range(start, end)))
+    ]
+    return "[" + ("," + "\n" + " " * (indent + 1)).join(parts) + "]"
+
+
 def format_array(x: RaggedArray) -> str:
     """``RaggedArray([...segments...], shape=..., dtype=..., axes=...)``.
 
-    Shows up to three segments at each end; reads the values (a host sync on an accelerator).
+    Shows up to three entries at each end of every ragged axis; reads the values (a host sync on
+    an accelerator).
 
     >>> import ragged
     >>> ragged.array([[1.0, 2.0], [], [3.0]])
     RaggedArray([[1., 2.],
                  [],
                  [3.]], shape=(3, [2, 0, 1]))
+    >>> ragged.array([[[1, 2], [3]], [[4]]])
+    RaggedArray([[[1, 2],
+                  [3]],
+                 [[4]]], shape=(2, [2, 1], [[2, 1], [1]]))
     """
-    head = "RaggedArray(["
     details = []
     values = x.values
-    if values.device.type != "meta" and x.ragged_ndim == 1:
-        indent = len(head)
-        segments = list(x.unbind())
-        shown = [_format_segment(s, indent) for s in segments[:_EDGE]]
-        if len(segments) > 2 * _EDGE:
-            shown.append("...")
-            shown += [_format_segment(s, indent) for s in segments[-_EDGE:]]
-        else:
-            shown += [_format_segment(s, indent) for s in segments[_EDGE:]]
-        body = head + ("," + "\n" + " " * indent).join(shown) + "]"
-        details.append(f"shape={_shape_text(x)}")
+    if values.device.type != "meta":
+        bounds = [level.offsets.tolist() for level in x.partition.levels]
+        indent = len("RaggedArray([")
+        shown = [
+            "..." if b is None else _format_level(values, bounds, 0, b, indent)
+            for b in _elide(list(range(x.num_segments)))
+        ]
+        body = "RaggedArray([" + ("," + "\n" + " " * indent).join(shown) + "]"
     else:
         body = "RaggedArray("
-        details.append(f"shape={_shape_text(x)}")
+    details.append(f"shape={_shape_text(x)}")
     if values.dtype not in (torch.get_default_dtype(), torch.int64, torch.bool):
         details.append(f"dtype={values.dtype}")
     if values.device.type != "cpu":

@@ -109,14 +109,30 @@ def select(x: RaggedArray, index: Tensor) -> RaggedArray:
         if not -num <= low <= high < num:
             raise IndexError(f"{_FUNC}: index out of range for {num} segments.")
     rows = torch.remainder(index.to(torch.int64), max(num, 1))
-    levels = []
+    segments = rows
+    levels: list[RowPartition] = []
     for level in x.partition.levels:
         lengths = level.lengths[rows]
         total, longest, squares = _stats(lengths)
-        new = RowPartition.from_lengths(lengths, total, longest, squares)
+        # A product level (pair map) stays one: its columns are the chosen segments' columns.
+        columns = _chosen_columns(level, x.partition, levels, segments)
+        new = RowPartition.from_lengths(lengths, total, longest, squares, columns)
         levels.append(new)
         rows = level.offsets[rows][new.row_ids] + new.positions()
     return RaggedArray(x.values[rows], Partition(tuple(levels)), x.axes)
+
+
+def _chosen_columns(
+    level: RowPartition, partition: Partition, chosen: list[RowPartition], segments: Tensor
+) -> RowPartition | None:
+    if level.columns is None:
+        return None
+    for old, new in zip(partition.levels, chosen, strict=False):
+        if level.columns is old:
+            return new
+    lengths = level.columns.lengths[segments]  # columns of another array: select them too
+    total, longest, squares = _stats(lengths)
+    return RowPartition.from_lengths(lengths, total, longest, squares)
 
 
 def _stats(lengths: Tensor) -> tuple[int, int, int]:

@@ -41,6 +41,8 @@ class RowPartition:
             as in a pair map ``(B, N*, M*)``), the one-level partition whose lengths are the
             ``M_b``; ``None`` for a general nested level. Fast paths use it to treat each
             segment as a dense ``N_b x M_b`` block.
+        unit: every row has exactly one child: the size-1 axis of ``x[:, None]`` or of
+            ``keepdims`` on an outer ragged axis.
 
     >>> level = RowPartition.from_lengths(torch.tensor([2, 0, 1]), total=3, max_length=2)
     >>> level.offsets, level.row_ids
@@ -53,6 +55,7 @@ class RowPartition:
     max_length: int | None
     sum_squares: int | None = None
     columns: RowPartition | None = None
+    unit: bool = False
 
     @staticmethod
     def from_lengths(
@@ -88,6 +91,18 @@ class RowPartition:
         offsets = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
         return RowPartition(offsets, lengths, row_ids, max_length, sum_squares)
 
+    @staticmethod
+    def units(num: int, device: torch.device | str | None = None) -> RowPartition:
+        """``num`` rows of one child each (a size-1 axis).
+
+        >>> RowPartition.units(3).offsets
+        tensor([0, 1, 2, 3])
+        """
+        rows = torch.arange(num, device=device)
+        offsets = torch.arange(num + 1, device=device)
+        ones = torch.ones(num, dtype=torch.int64, device=device)
+        return RowPartition(offsets, ones, rows, torch.sym_min(num, 1), num, None, True)
+
     @property
     def num_rows(self) -> int:
         """Number of parent rows."""
@@ -116,6 +131,7 @@ class RowPartition:
             self.max_length,
             self.sum_squares,
             None if self.columns is None else self.columns.to(device),
+            self.unit,
         )
 
     def __repr__(self) -> str:

@@ -258,9 +258,14 @@ BAD = [
         "ragged.array: `data` must be a list of segments (for a dense tensor use ragged.from_padded), got Tensor(shape=(2, 3), dtype=torch.float32).",
     ),
     (
-        lambda: ragged.array([[[1, 2]], [[3]]]),
+        lambda: ragged.array([[[1, 2]], [[3]]], ragged_ndim=1),
         ValueError,
-        "ragged.array: `data` must have rows of one shape (a second ragged axis needs ragged_ndim=2), got row shapes [(1,), (2,)].",
+        "ragged.array: `data` must have rows of one shape below ragged axis 1 (pass a larger ragged_ndim), got row shapes [(1,), (2,)].",
+    ),
+    (
+        lambda: ragged.array([[[1, 2]], [[3]]], ragged_ndim=3),
+        ValueError,
+        "ragged.array: `ragged_ndim` must be in [1, 2] for this data, got 3.",
     ),
     (
         lambda: ragged.array([[1.0], [2.0]], axes=("a", "a")),

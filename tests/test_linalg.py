@@ -43,10 +43,11 @@ def test_matmul_names():
     assert ragged.linear(x, torch.randn(3)).axes == ("b", "s", "m")
 
 
-def test_matmul_right_ragged_is_a_later_issue():
+def test_matmul_of_two_ragged_needs_mT():
     x = ragged.array([[[1.0]], [[2.0]]])
-    with pytest.raises(NotImplementedError, match="multi-ragged"):
+    with pytest.raises(NotImplementedError, match=r"write x @ y.mT"):
         x @ x
+    assert (x @ x.mT).to_list() == [[[1.0]], [[4.0]]]
 
 
 @settings(max_examples=10)

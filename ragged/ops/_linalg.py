@@ -24,14 +24,15 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._broadcast import _shape_text, same_partition
 from .._errors import type_error, typename, value_error
+from ._pairs import RaggedTranspose, pair_dot
 from ._segment import Segments, segment_sum
 
 __all__ = ["einsum", "linear", "matmul"]
 
 RAGGED_RIGHT = (
-    "ragged.matmul: both operands are RaggedArrays; a ragged right operand (x @ y^T per segment, "
-    "pair maps) needs multi-ragged arrays, which are not implemented yet. For a contraction over "
-    "each segment use ragged.einsum('bld,ble->bde', x, y)."
+    "ragged.matmul: both operands are RaggedArrays; for the per-segment pair map x @ y^T write "
+    "x @ y.mT (ragged.pair_dot), and for a contraction over each segment "
+    "ragged.einsum('bld,ble->bde', x, y)."
 )
 
 # einsum tiles (see _Tiles) when a per-segment dense operand or a per-row product is bigger than
@@ -73,9 +74,10 @@ def matmul(a: Any, b: Any) -> RaggedArray:
     product would contract the ragged axis; write ``x @ w.mT`` for a row-wise product).
 
     A weight per segment (``w`` of shape ``(B, D, E)``) is not a ``matmul``: its leading axis
-    would line up with an inner axis. Use ``ragged.einsum("bld,bde->ble", x, w)``. A RaggedArray on
-    both sides (per-segment ``x @ y^T``) needs multi-ragged arrays and raises
-    ``NotImplementedError`` for now.
+    would line up with an inner axis. Use ``ragged.einsum("bld,bde->ble", x, w)``.
+
+    ``x @ y.mT`` for two RaggedArrays is the per-segment pair map ``x_b @ y_b^T``
+    (:func:`ragged.pair_dot`): ``(B, N*, D)`` and ``(B, M*, D)`` give ``(B, N*, M*)``.
 
     Axis names: kept (the last inner axis keeps its name); an axis contracted by a 1-D ``w``
     loses its name. Differentiable in both operands.
@@ -95,6 +97,8 @@ def matmul(a: Any, b: Any) -> RaggedArray:
     [[-1.0], [-1.0, -1.0]]
     """
     func = "ragged.matmul"
+    if isinstance(b, RaggedTranspose) and isinstance(a, RaggedArray):
+        return pair_dot(a, b.array)
     a_ragged, b_ragged = isinstance(a, RaggedArray), isinstance(b, RaggedArray)
     if a_ragged and b_ragged:
         raise NotImplementedError(RAGGED_RIGHT)

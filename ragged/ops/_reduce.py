@@ -18,7 +18,7 @@ rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -26,6 +26,8 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
+from .._partition import Partition, RowPartition
+from ._grouping import group
 from ._segment import Segments, gather, segment_amax, segment_amin, segment_prod, segment_sum
 
 __all__ = [
@@ -131,9 +133,8 @@ def reduce(
         if names is not None and not keepdims:
             names = tuple(n for i, n in enumerate(names) if i - nr not in inner)
         return RaggedArray(out, x.partition, names)
-    if nr > 1:
-        raise NotImplementedError(f"{func}: reductions over ragged axes of multi-level arrays.")
     values = x.values
+    grouping = None
     if 0 in axes:
         if values.shape[0]:
             return _keep(dense_fn(values, (0, *inner), False), x, inner, keepdims, batch=True)
@@ -141,12 +142,15 @@ def reduce(
         none = values.new_zeros(0, dtype=torch.int64)
         segments = Segments(none, 1, none.new_zeros(1), none.new_zeros(2))
     else:
-        segments = ragged_segments(x)
+        grouping = group(x, tuple(ragged))
+        segments = grouping.segments
     if inner:
         values, segments = _fold(values, inner, segments)
     out = segment_fn(values, segments)
     if fill_value is not None or not kernel_fills:
         out = _fill_empty(out, segments.counts, empty if fill_value is None else fill_value)
+    if grouping is not None and grouping.partition is not None:
+        return _ragged_result(out, x, grouping.partition, ragged, inner, keepdims)
     if 0 in axes:
         out = out[0]
     return _keep(out, x, inner, keepdims, batch=0 in axes)
@@ -159,6 +163,34 @@ def _keep(
         return out
     sizes = [1 if d in inner else s for d, s in enumerate(x.values.shape[1:], 1)]
     return out.reshape(1 if batch else x.num_segments, *[1] * x.ragged_ndim, *sizes)
+
+
+def _ragged_result(
+    out: Tensor,
+    x: RaggedArray,
+    partition: Partition,
+    ragged: list[int],
+    inner: tuple[int, ...],
+    keepdims: bool,
+) -> RaggedArray:
+    """A reduction that keeps some ragged axes: ``out`` has one row per group."""
+    nr = x.ragged_ndim
+    if keepdims:
+        # Reduced inner axes and the reduced ragged axis stay as size-1 axes.
+        sizes = [1 if d in inner else s for d, s in enumerate(x.values.shape[1:], 1)]
+        if ragged == [nr]:  # the innermost ragged axis becomes a size-1 inner axis
+            values = out.reshape(out.shape[0], 1, *sizes)
+        else:  # an outer ragged axis becomes a size-1 level in front
+            values = out.reshape(out.shape[0], *sizes)
+            partition = Partition(
+                (RowPartition.units(x.num_segments, out.device), *partition.levels)
+            )
+        return RaggedArray(values, partition, x.axes)
+    names = None
+    if x.axes is not None:
+        dropped = {*ragged, *(d + nr for d in inner)}
+        names = tuple(n for i, n in enumerate(x.axes) if i not in dropped)
+    return RaggedArray(out, partition, names)
 
 
 def _float_only(func: str, x: RaggedArray) -> None:
@@ -646,19 +678,20 @@ def _arg(
         out = pick(x.values, dim - nr, keepdim=keepdims)
         names = x.axes if keepdims or x.axes is None else x.axes[:dim] + x.axes[dim + 1 :]
         return RaggedArray(out, x.partition, names)
-    if nr > 1:
-        raise NotImplementedError(f"{func}: over ragged axes of multi-level arrays.")
     values = x.values.detach()
     if values.dtype == torch.bool:
         values = values.to(torch.int8)
-    segments = ragged_segments(x)
+    grouping = group(x, (dim,))
+    segments = grouping.segments
     best = (segment_amax if largest else segment_amin)(values, segments, 0)
     hit = values == gather(best, segments)
-    positions = x.partition.levels[-1].positions().view(-1, *[1] * (values.dim() - 1))
+    positions = cast(Tensor, grouping.positions).view(-1, *[1] * (values.dim() - 1))
     sentinel = torch.iinfo(torch.int64).max
     candidates = torch.where(hit, positions, sentinel)
     first = segment_amin(candidates, segments, -1 if fill_value is None else fill_value)
-    return first.unsqueeze(1) if keepdims else first
+    if grouping.partition is None:
+        return first.unsqueeze(1) if keepdims else first
+    return _ragged_result(first, x, grouping.partition, [dim], (), keepdims)
 
 
 def argmax(

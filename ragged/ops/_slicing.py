@@ -2,8 +2,9 @@
 
 For ``x`` of logical shape ``(B, L*, *inner)`` the tuple's entries index, in order, the batch
 axis, the ragged axis and the inner axes; ``...`` stands for as many full slices as needed and
-``None`` adds a size-1 axis (only among the inner axes: a new axis before or between the batch
-and ragged axes would not be a ``(B, L*, ...)`` array). The batch entry is handled by
+``None`` adds a size-1 axis among the inner axes; ``x[:, None]`` alone (then only full slices)
+adds one between the batch and ragged axes, ``(B, 1, L*, ...)``, the form that broadcasts
+against ``(B, N*, 1, ...)`` into a pair map. The batch entry is handled by
 ``ragged._indexing`` (``x[i]``, ``x[i:j]``, ``x[tensor]``); then the inner entries, then the
 ragged one. Each part follows its own rule:
 
@@ -61,6 +62,8 @@ _FUNC = "RaggedArray.__getitem__"
 
 def getitem_tuple(x: RaggedArray, index: tuple[Any, ...]) -> Any:
     """``x[index]`` for a tuple ``index`` (see the module docstring)."""
+    if _is_unit_axis(x, index):
+        return _unit_axis(x, index)
     items = _expand(x, [_item(x, item) for item in index], index)
     nr = x.ragged_ndim
     lead: list[Any] = []  # the batch entry, then one entry per ragged axis
@@ -69,7 +72,8 @@ def getitem_tuple(x: RaggedArray, index: tuple[Any, ...]) -> Any:
         if len(lead) < 1 + nr:
             if item is None:
                 raise IndexError(
-                    f"{_FUNC}: a new axis (None) can only be added after the ragged axis, got "
+                    f"{_FUNC}: a new axis (None) can only be added after the ragged axis (or as "
+                    f"x[:, None] alone, before it), got "
                     f"{index!r}."
                 )
             if _consumed(item) != 1:
@@ -90,6 +94,29 @@ def getitem_tuple(x: RaggedArray, index: tuple[Any, ...]) -> Any:
         x = _indexing.getitem(x, batch)
     x = _index_inner(x, inner, index)
     return _index_ragged(x, ragged, inner, index)
+
+
+def _is_unit_axis(x: RaggedArray, index: tuple[Any, ...]) -> bool:
+    """``x[:, None]`` (then only full slices or ``...``): a size-1 axis before the ragged one."""
+    return (
+        len(index) >= 2
+        and x.ragged_ndim == 1
+        and index[1] is None
+        and _is_full(index[0])
+        and all(item is Ellipsis or _is_full(item) for item in index[2:])
+    )
+
+
+def _unit_axis(x: RaggedArray, index: tuple[Any, ...]) -> RaggedArray:
+    """``(B, L*, ...) -> (B, 1, L*, ...)``: each segment becomes one row; values are shared.
+
+    The axes broadcast against ``(B, N*, 1, ...)`` into a pair map (``ragged._broadcast``).
+    """
+    if x.axes is not None:
+        raise _unnamed(x, index)
+    level = x.partition.levels[0]
+    units = RowPartition.units(x.num_segments, x.device)
+    return RaggedArray(x.values, Partition((units, level)), None)
 
 
 def _item(x: RaggedArray, item: Any) -> Any:

@@ -372,12 +372,12 @@ GETITEM_ERRORS = [
     ErrorCase(
         lambda: _X[None, :],
         IndexError,
-        f"{_G}: a new axis (None) can only be added after the ragged axis, got (None, slice(None, None, None)).",
+        f"{_G}: a new axis (None) can only be added after the ragged axis (or as x[:, None] alone, before it), got (None, slice(None, None, None)).",
     ),
     ErrorCase(
-        lambda: _X[:, None],
+        lambda: _X[:, None, 0],
         IndexError,
-        f"{_G}: a new axis (None) can only be added after the ragged axis, got (slice(None, None, None), None).",
+        f"{_G}: a new axis (None) can only be added after the ragged axis (or as x[:, None] alone, before it), got (slice(None, None, None), None, 0).",
     ),
     ErrorCase(
         lambda: _X[:, :, 0],

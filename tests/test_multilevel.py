@@ -1,0 +1,251 @@
+"""Arrays with two ragged axes: nested (documents -> sentences -> tokens) and product (pair
+maps), against per-segment references."""
+
+from __future__ import annotations
+
+import re
+
+import hypothesis.strategies as st
+import pytest
+import torch
+from hypothesis import given, settings
+
+import ragged
+
+REDUCTIONS = {
+    "sum": (ragged.sum, lambda t, d: t.sum(d), 0.0),
+    "mean": (ragged.mean, lambda t, d: t.mean(d), float("nan")),
+    "amax": (ragged.amax, lambda t, d: t.amax(d), float("-inf")),
+    "logsumexp": (ragged.logsumexp, lambda t, d: t.logsumexp(d), float("-inf")),
+}
+
+
+@st.composite
+def nested(draw, inner=(2,)):
+    """A (B, S*, T*, *inner) array and its segments as lists of row tensors."""
+    rows = draw(st.lists(st.lists(st.integers(0, 4), max_size=4), max_size=4))
+    seed = draw(st.integers(0, 2**16))
+    counts = [len(r) for r in rows]
+    flat = [n for r in rows for n in r]
+    values = torch.randn(
+        sum(flat), *inner, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
+    x = ragged.from_nested_lengths(values, [counts, flat])
+    return x, rows
+
+
+@st.composite
+def pair_maps(draw, inner=(2,), square=True):
+    """A (B, N*, M*, *inner) pair map and its dense per-segment blocks."""
+    n = draw(st.lists(st.integers(0, 4), max_size=4))
+    m = n if square else draw(st.lists(st.integers(0, 4), min_size=len(n), max_size=len(n)))
+    seed = draw(st.integers(0, 2**16))
+    gen = torch.Generator().manual_seed(seed)
+    x = ragged.from_lengths(torch.randn(sum(n), *inner, generator=gen, dtype=torch.float64), n)
+    y_values = torch.randn(sum(m), *inner, generator=gen, dtype=torch.float64)
+    y = x.with_values(y_values) if square else ragged.from_lengths(y_values, m)
+    z = ragged.outer(x, y, torch.mul)
+    blocks = [a[:, None] * b[None, :] for a, b in zip(x.unbind(), y.unbind(), strict=True)]
+    return z, blocks
+
+
+def left_aligned(rows: list[torch.Tensor], fn, empty) -> torch.Tensor:
+    """Reduce over sentences, tokens aligned left (the reference for axis 1 of nested)."""
+    width = max((r.shape[0] for r in rows), default=0)
+    out = []
+    for t in range(width):
+        column = torch.stack([r[t] for r in rows if r.shape[0] > t])
+        out.append(fn(column, 0))
+    return (
+        torch.stack(out)
+        if out
+        else torch.zeros(0, *rows[0].shape[1:], dtype=torch.float64)
+        if rows
+        else None
+    )
+
+
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+@given(data=nested())
+def test_nested_reductions(name, data):
+    x, _ = data
+    op, fn, empty = REDUCTIONS[name]
+    segments = [
+        list(torch.split(s.values, s.lengths.tolist()))
+        if s.values.shape[0] or s.num_segments
+        else []
+        for s in x.unbind()
+    ]
+    inner = op(x, axis=2)  # per sentence
+    assert inner.partition.levels[0] is x.partition.levels[0]
+    for got, rows in zip(inner.unbind(), segments, strict=True):
+        for g, r in zip(got, rows, strict=True):
+            torch.testing.assert_close(
+                g, fn(r, 0) if r.shape[0] else torch.full_like(g, empty), equal_nan=True
+            )
+    outer = op(x, axis=1)  # over sentences, tokens aligned left
+    for got, rows in zip(outer.unbind(), segments, strict=True):
+        expected = left_aligned(rows, fn, empty)
+        if expected is None or expected.shape[0] == 0:
+            assert got.shape[0] == 0
+        else:
+            torch.testing.assert_close(got, expected)
+    both = op(x, axis=(1, 2))
+    for got, rows in zip(both, segments, strict=True):
+        flat = torch.cat(rows) if rows else torch.zeros(0, 2, dtype=torch.float64)
+        torch.testing.assert_close(
+            got, fn(flat, 0) if flat.shape[0] else torch.full_like(got, empty), equal_nan=True
+        )
+
+
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+@given(data=pair_maps(square=False))
+def test_pair_map_reductions(name, data):
+    z, blocks = data
+    op, fn, empty = REDUCTIONS[name]
+    over_j, over_i = op(z, axis=2), op(z, axis=1)
+    assert over_j.partition.levels[0] is z.partition.levels[0]
+    assert over_i.partition.levels[0] is z.partition.levels[1].columns
+    for got_j, got_i, block in zip(over_j.unbind(), over_i.unbind(), blocks, strict=True):
+        n, m = block.shape[:2]
+        want_j = fn(block, 1) if m else torch.full((n, 2), empty, dtype=torch.float64)
+        want_i = fn(block, 0) if n else torch.full((m, 2), empty, dtype=torch.float64)
+        torch.testing.assert_close(got_j, want_j, equal_nan=True)
+        torch.testing.assert_close(got_i, want_i, equal_nan=True)
+
+
+@given(data=pair_maps())
+def test_pair_map_conversions_and_transpose(data):
+    z, blocks = data
+    assert [b.tolist() for b in blocks] == z.to_list()
+    lengths = z.lengths.tolist()
+    width = max(lengths, default=0)
+    padded = z.to_padded()
+    assert padded.shape == (len(blocks), width, width, 2)
+    for b, block in enumerate(blocks):
+        n = block.shape[0]
+        torch.testing.assert_close(padded[b, :n, :n], block)
+    back = ragged.from_padded(padded, lengths, pairs=True)
+    assert back.to_list() == z.to_list()
+    t = ragged.transpose(z)
+    assert t.partition is z.partition  # square: the same structure
+    assert t.to_list() == [b.transpose(0, 1).tolist() for b in blocks]
+    assert ragged.transpose(t).to_list() == z.to_list()
+
+
+@given(data=pair_maps(square=False))
+def test_transpose_rectangular(data):
+    z, blocks = data
+    t = ragged.transpose(z)
+    assert t.lengths.tolist() == [b.shape[1] for b in blocks]
+    assert t.to_list() == [b.transpose(0, 1).tolist() for b in blocks]
+
+
+def test_outer_broadcasting_positional_named_and_explicit():
+    x = ragged.array([[[1.0], [2.0]], [], [[3.0]]])
+    explicit = ragged.outer(x, x)
+    positional = x[:, :, None, :] + x[:, None, :, :]
+    reverse = x[:, None, :, :] + x[:, :, None, :]
+    named = x.rename("b", "i", "c") + x.rename("b", "j", "c")
+    assert positional.to_list() == explicit.to_list() == named.to_list() == reverse.to_list()
+    assert named.axes == ("b", "i", "j", "c")
+    assert (x @ x.mT).to_list() == [[[1.0, 2.0], [2.0, 4.0]], [], [[9.0]]]
+    a = ragged.array([[1.0, 2.0], [3.0]], axes=("b", "i"))
+    w = ragged.array([[[10.0, 20.0]], [[30.0, 40.0]]], axes=("b", "j", "c"))
+    pairs = a * w  # (b, i*) x (b, j*, c) -> (b, i*, j*, c)
+    assert pairs.axes == ("b", "i", "j", "c")
+    assert pairs.to_list() == [[[[10.0, 20.0]], [[20.0, 40.0]]], [[[90.0, 120.0]]]]
+
+
+def test_multilevel_structure_and_indexing():
+    docs = ragged.array([[[1, 2], [3]], [], [[4], [5, 6, 7]]])
+    assert docs.ragged_ndim == 2
+    assert docs.shape.to_list() == [3, [2, 0, 2], [[2, 1], [], [1, 3]]]
+    assert docs[2].to_list() == [[4], [5, 6, 7]]
+    assert docs[[2, 0]].to_list() == [[[4], [5, 6, 7]], [[1, 2], [3]]]
+    assert docs.to_padded(-1).tolist() == [
+        [[1, 2, -1], [3, -1, -1]],
+        [[-1, -1, -1], [-1, -1, -1]],
+        [[4, -1, -1], [5, 6, 7]],
+    ]
+    assert docs.to_mask().sum().item() == 7
+    assert "RaggedArray([[[1, 2]," in repr(docs)
+    a = ragged.array([[1, 2], [3]])
+    z = ragged.outer(a, a)
+    picked = z[[1, 0]]
+    assert picked.partition.levels[1].columns is picked.partition.levels[0]
+    assert ragged.transpose(picked).to_list() == [[[6]], [[2, 3], [3, 4]]]
+    rect = ragged.outer(a, ragged.array([[10], [20, 30]]))[[1, 0]]
+    assert rect.partition.levels[1].columns.lengths.tolist() == [2, 1]
+    assert ragged.transpose(rect).to_list() == [[[23], [33]], [[11, 12]]]
+
+
+def test_keepdims_and_argmax_on_pair_maps():
+    z = ragged.outer(
+        ragged.array([[1.0, 5.0], [3.0]]), ragged.array([[2.0, 1.0], [1.0]]), torch.mul
+    )
+    # segment 0: [[2, 1], [10, 5]]
+    assert ragged.argmax(z, 1).to_list() == [[1, 1], [0]]
+    assert ragged.argmax(z, 2).to_list() == [[0, 0], [0]]
+    assert ragged.sum(z, 2, keepdims=True).shape.to_list() == [2, [2, 1], 1]
+    kept = ragged.sum(z, 1, keepdims=True)
+    assert kept.shape.to_list() == [2, [1, 1], [[2], [1]]]
+    torch.testing.assert_close(
+        (z - kept).to_padded()[0], torch.tensor([[-10.0, -5.0], [-2.0, -1.0]])
+    )
+
+
+@settings(max_examples=10)
+@given(data=pair_maps(inner=(), square=False))
+def test_pair_map_gradients(data):
+    z, _ = data
+    if z.values.numel() == 0:
+        return
+    for axis in (1, 2):
+
+        def fn(v, axis=axis):
+            out = ragged.logsumexp(z.with_values(v), axis=axis).values
+            return torch.where(torch.isfinite(out.detach()), out, 0.0)  # empty groups: constants
+
+        assert torch.autograd.gradcheck(
+            fn, (z.values.clone().requires_grad_(),), check_forward_ad=True
+        )
+
+
+def test_from_nested_lengths_errors():
+    v = torch.arange(4.0)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "ragged.from_nested_lengths: `nested_lengths[0]` must sum to len(nested_lengths[1]) = 3, got sum 2."
+        ),
+    ):
+        ragged.from_nested_lengths(v, [[1, 1], [1, 2, 1]])
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "ragged.from_nested_lengths: `nested_lengths[1]` must sum to values.shape[0] = 4, got sum 5."
+        ),
+    ):
+        ragged.from_nested_lengths(v, [[2, 1], [1, 3, 1]])
+    with pytest.raises(TypeError, match="must be a non-empty sequence of per-level lengths"):
+        ragged.from_nested_lengths(v, [])
+
+
+def test_pair_maps_compile_once():
+    import ragged.testing
+
+    def batch(n):
+        x = ragged.from_lengths(torch.randn(sum(n), 3), n)
+        return (x,)
+
+    def fn(x):
+        z = ragged.matmul(x, x.mT)  # Dynamo (torch 2.13) does not trace `@` on non-tensors
+        return (
+            ragged.logsumexp(z, axis=2).values + ragged.sum(ragged.outer(x, x), axis=(1, 2)).sum()
+        )
+
+    batches = [batch(n) for n in ([3, 1, 2], [1], [4, 0, 2, 5], [2, 2])]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(fn, batches, backend="aot_eager")
+    assert report.graphs == 1
