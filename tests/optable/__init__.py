@@ -153,6 +153,8 @@ def or_empty(
 MODULES = [
     "elementwise",
     "reductions",
+    "normalize",
+    "scan",
 ]
 
 
