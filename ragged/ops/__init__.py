@@ -4,14 +4,27 @@ One private module per family; each states its axis rule in its docstring and li
 names in a literal ``__all__``.
 """
 
-from . import _combine, _elementwise, _index, _linalg, _pairs, _reduce, _sample, _sort
+from . import (
+    _combine,
+    _elementwise,
+    _index,
+    _linalg,
+    _normalize,
+    _pairs,
+    _reduce,
+    _sample,
+    _scan,
+    _sort,
+)
 from ._combine import *  # noqa: F403
 from ._elementwise import *  # noqa: F403
 from ._index import *  # noqa: F403
 from ._linalg import *  # noqa: F403
+from ._normalize import *  # noqa: F403
 from ._pairs import *  # noqa: F403
 from ._reduce import *  # noqa: F403
 from ._sample import *  # noqa: F403
+from ._scan import *  # noqa: F403
 from ._sort import *  # noqa: F403
 
 __all__: list[str] = []
@@ -19,7 +32,9 @@ __all__ += _combine.__all__
 __all__ += _elementwise.__all__
 __all__ += _index.__all__
 __all__ += _linalg.__all__
+__all__ += _normalize.__all__
 __all__ += _pairs.__all__
 __all__ += _reduce.__all__
 __all__ += _sample.__all__
+__all__ += _scan.__all__
 __all__ += _sort.__all__

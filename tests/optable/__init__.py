@@ -156,7 +156,9 @@ MODULES = [
     "indexing",
     "linalg",
     "reductions",
+    "normalize",
     "sample",
+    "scan",
     "sort",
 ]
 
