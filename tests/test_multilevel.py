@@ -249,3 +249,75 @@ def test_pair_maps_compile_once():
     with ragged.dynamic_shapes():
         report = ragged.testing.check_compile(fn, batches, backend="aot_eager")
     assert report.graphs == 1
+
+
+KEEP = {
+    "softmax": (lambda x, a: ragged.softmax(x, a), lambda t, d: torch.softmax(t, d)),
+    "log_softmax": (lambda x, a: ragged.log_softmax(x, a), lambda t, d: torch.log_softmax(t, d)),
+    "cumsum": (lambda x, a: ragged.cumsum(x, a), lambda t, d: torch.cumsum(t, d)),
+    "cumsum_rev_excl": (
+        lambda x, a: ragged.cumsum(x, a, reverse=True, exclusive=True),
+        lambda t, d: t.flip(d).cumsum(d).flip(d) - t,
+    ),
+    "cummax": (lambda x, a: ragged.cummax(x, a), lambda t, d: torch.cummax(t, d).values),
+    "logcumsumexp": (lambda x, a: ragged.logcumsumexp(x, a), lambda t, d: torch.logcumsumexp(t, d)),
+    "normalize": (
+        lambda x, a: ragged.normalize(x, a),
+        lambda t, d: (
+            (t - t.mean(d, keepdim=True)) / torch.sqrt(t.var(d, correction=0, keepdim=True) + 1e-5)
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(KEEP))
+@given(data=pair_maps(square=False))
+def test_pair_map_normalisations_and_scans(name, data):
+    z, blocks = data
+    op, fn = KEEP[name]
+    for axis, dim in ((1, 0), (2, 1)):
+        out = op(z, axis)
+        assert out.partition is z.partition
+        for got, block in zip(out.to_padded().unbind(), blocks, strict=True):
+            n, m = block.shape[:2]
+            if n and m:
+                torch.testing.assert_close(got[:n, :m], fn(block, dim))
+
+
+@pytest.mark.parametrize("name", ["softmax", "cumsum", "cummax"])
+@given(data=nested())
+def test_nested_outer_axis_normalisations_and_scans(name, data):
+    x, _ = data
+    op, fn = KEEP[name]
+    out = op(x, 1)  # over sentences, tokens aligned left
+    assert out.partition is x.partition
+    for got, segment in zip(out.unbind(), x.unbind(), strict=True):
+        rows = list(torch.split(segment.values, segment.lengths.tolist()))
+        got_rows = list(torch.split(got.values, got.lengths.tolist()))
+        width = max((r.shape[0] for r in rows), default=0)
+        for t in range(width):
+            members = [k for k, r in enumerate(rows) if r.shape[0] > t]
+            expected = fn(torch.stack([rows[k][t] for k in members]), 0)
+            torch.testing.assert_close(torch.stack([got_rows[k][t] for k in members]), expected)
+
+
+def test_pair_map_softmax_gradients_and_compile():
+    import ragged.testing
+
+    x = ragged.from_lengths(torch.randn(6, 2, dtype=torch.float64), [3, 0, 2, 1])
+    z = ragged.outer(x, x, torch.mul)
+    for axis in (1, 2):
+        fn = lambda v, axis=axis: ragged.softmax(z.with_values(v), axis).values
+        assert torch.autograd.gradcheck(
+            fn, (z.values.clone().requires_grad_(),), check_forward_ad=True
+        )
+
+    def pipeline(x):
+        z = ragged.outer(x, x, torch.mul)
+        return ragged.sum(ragged.softmax(z, 1) * ragged.cumsum(z, 2), axis=2).values
+
+    batches = [
+        (ragged.from_lengths(torch.randn(sum(n), 3), n),) for n in ([3, 1, 2], [1], [4, 0, 2, 5])
+    ]
+    with ragged.dynamic_shapes():
+        assert ragged.testing.check_compile(pipeline, batches, backend="aot_eager").graphs == 1

@@ -45,8 +45,13 @@ class Grouping:
     kept_axes: tuple[int, ...]
 
 
-def group(x: RaggedArray, axes: tuple[int, ...]) -> Grouping:
-    """The grouping of an op over the ragged ``axes`` (1-based, sorted) of ``x``."""
+def group(x: RaggedArray, axes: tuple[int, ...], *, exact: bool = True) -> Grouping:
+    """The grouping of an op over the ragged ``axes`` (1-based, sorted) of ``x``.
+
+    With ``exact=False`` (ops that keep the structure: softmax, scans) the outer axis of a
+    general nested array needs no host sync: groups are numbered within a static upper bound
+    (unused ones are empty) and no result partition is built.
+    """
     levels = x.partition.levels
     nr = len(levels)
     if axes == tuple(range(1, nr + 1)):
@@ -61,26 +66,32 @@ def group(x: RaggedArray, axes: tuple[int, ...]) -> Grouping:
         segments = Segments(last.row_ids, last.num_rows, last.lengths, last.offsets)
         return Grouping(segments, last.positions(), Partition(levels[:-1]), tuple(range(1, nr)))
     if nr == 2 and axes == (1,):
-        return _outer_axis(levels[0], levels[1])
+        return _outer_axis(levels[0], levels[1], exact)
     raise NotImplementedError(
         f"ops over ragged axes {axes} of an array with {nr} ragged axes (supported: the innermost "
         "axis, all of them, or axis 1 of two)"
     )
 
 
-def _outer_axis(rows: RowPartition, cells: RowPartition) -> Grouping:
+def _outer_axis(rows: RowPartition, cells: RowPartition, exact: bool) -> Grouping:
     """Groups ``(b, j)`` over ``i`` for ``(B, N*, M*)``: column ``j`` of every segment."""
     row_of_cell = cells.row_ids
     segment = rows.row_ids.index_select(0, row_of_cell)
     column = cells.positions()
     position = rows.positions().index_select(0, row_of_cell)
     if cells.columns is not None:
-        out = cells.columns
+        out: RowPartition | None = cells.columns
+        starts, num = cells.columns.offsets, cells.columns.num_children
     else:  # columns align left: segment b has as many as its longest row
         widest = segment_amax(cells.lengths, Segments(rows.row_ids, rows.num_rows, rows.lengths), 0)
-        total = int(widest.sum())  # the one host sync: the result size depends on the data
-        out = RowPartition.from_lengths(widest, total)
-    ids = out.offsets.index_select(0, segment) + column
-    counts = torch.zeros(out.num_children, dtype=torch.int64, device=ids.device)
+        starts = torch.nn.functional.pad(torch.cumsum(widest, 0), (1, 0))
+        if exact:
+            num = int(starts[-1])  # the one host sync: the result size depends on the data
+            out = RowPartition.from_offsets(starts, num)
+        else:
+            num, out = cells.num_children, None  # a static bound: every group has an entry
+    ids = starts.index_select(0, segment) + column
+    counts = torch.zeros(num, dtype=torch.int64, device=ids.device)
     counts = counts.index_add(0, ids, torch.ones_like(ids))
-    return Grouping(Segments(ids, out.num_children, counts), position, Partition((out,)), (2,))
+    partition = None if out is None else Partition((out,))
+    return Grouping(Segments(ids, num, counts), position, partition, (2,))

@@ -19,7 +19,7 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
-from ._reduce import ragged_segments
+from ._grouping import group
 from ._segment import gather, segment_softmax, segment_sum
 
 __all__ = ["layer_norm", "log_softmax", "normalize", "rms_norm", "softmax"]
@@ -39,8 +39,6 @@ def _axis(func: str, x: RaggedArray, axis: Any) -> int:
         raise value_error(
             func, "axis", "cannot be the batch axis (segments differ in length)", repr(axis)
         )
-    if dim <= x.ragged_ndim and x.ragged_ndim > 1:
-        raise NotImplementedError(f"{func}: along ragged axes of multi-level arrays.")
     return dim
 
 
@@ -54,7 +52,7 @@ def _softmax(func: str, x: RaggedArray, axis: int | str, log: bool) -> RaggedArr
         fn = torch.log_softmax if log else torch.softmax
         values = fn(x.values, dim - x.ragged_ndim)
     else:
-        values = segment_softmax(x.values, ragged_segments(x), log=log)
+        values = segment_softmax(x.values, group(x, (dim,), exact=False).segments, log=log)
     return RaggedArray(values, x.partition, x.axes)
 
 
@@ -218,7 +216,7 @@ def normalize(
             return x.with_values(centred * torch.nan)
         var = centred.square().sum(d, keepdim=True) / (values.shape[d] - correction)
         return x.with_values(centred * torch.rsqrt(var + eps))
-    segments = ragged_segments(x)
+    segments = group(x, (dim,), exact=False).segments
     count = segments.counts.view(-1, *[1] * (values.dim() - 1)).to(values.dtype)
     mean = segment_sum(values, segments) / count.clamp_min(1)
     centred = values - gather(mean, segments)

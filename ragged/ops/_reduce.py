@@ -55,12 +55,6 @@ SegmentFn = Callable[[Tensor, Segments], Tensor]
 DenseFn = Callable[[Tensor, tuple[int, ...], bool], Tensor]
 
 
-def ragged_segments(x: RaggedArray) -> Segments:
-    """The row groups of a reduction over the (innermost) ragged axis of a one-level array."""
-    level = x.partition.levels[-1]
-    return Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
-
-
 def _normalize_axes(func: str, x: RaggedArray, axis: Axis) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(x.ndim))

@@ -68,6 +68,7 @@ from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
 from .._partition import RowPartition
+from ._grouping import group
 from ._segment import use_fast_path
 
 __all__ = ["cummax", "cummin", "cumprod", "cumsum", "logcumsumexp"]
@@ -589,25 +590,60 @@ def _scan(
         return RaggedArray(
             _dense_scan(m, x.values, dim - nr, reverse, exclusive), x.partition, x.axes
         )
-    if nr > 1:
-        raise NotImplementedError(f"{func}: scans along ragged axes of multi-level arrays.")
-    level, max_length = x.partition.levels[0], x.partition.max_length(0)
+    if dim < nr:  # the outer axis of (B, N*, M*): scan each column's entries, in row order
+        return _scan_outer_axis(x, m, reverse, exclusive, extreme)
+    level, max_length = x.partition.levels[-1], x.partition.max_length(nr - 1)
+    return RaggedArray(
+        _scan_level(m, x.values, level, max_length, reverse, exclusive, extreme),
+        x.partition,
+        x.axes,
+    )
+
+
+def _scan_outer_axis(
+    x: RaggedArray, m: Any, reverse: bool, exclusive: bool, extreme: bool | None
+) -> RaggedArray:
+    """Scan over ``i`` of ``(B, N*, M*)``: gather each column ``(b, j)`` into a contiguous run
+    (a stable sort of the column ids keeps row order), scan the runs, scatter back."""
+    grouping = group(x, (1,), exact=False)
+    ids = grouping.segments.ids
+    order = torch.argsort(ids, stable=True)
+    runs = RowPartition.from_lengths(grouping.segments.counts, ids.shape[0])
+    # A run has at most one entry per row of its segment: the row count bounds its length.
+    bound = x.partition.max_length(0)
+    scanned = _scan_level(
+        m, x.values.index_select(0, order), runs, bound, reverse, exclusive, extreme
+    )
+    out = torch.empty_like(scanned).index_copy(0, order, scanned)
+    return RaggedArray(out, x.partition, x.axes)
+
+
+def _scan_level(
+    m: Any,
+    values: Tensor,
+    level: RowPartition,
+    max_length: int,
+    reverse: bool,
+    exclusive: bool,
+    extreme: bool | None,
+) -> Tensor:
+    """The segmented scan of ``values`` whose runs are the rows of ``level``."""
     if m is SUM:
-        out = cumsum_rows(x.values, level, max_length, reverse, exclusive)
+        out = cumsum_rows(values, level, max_length, reverse, exclusive)
     elif extreme is not None:
         out = segmented_extreme(
-            x.values, level, max_length, reverse=reverse, exclusive=exclusive, largest=extreme
+            values, level, max_length, reverse=reverse, exclusive=exclusive, largest=extreme
         )
     else:
         # torch.cumprod's backward reads the size of its scanned dim (guard_int): on the padded
         # grid under compile that would be one graph per width, so training takes doubling
         # (one graph per power of two of the width); inference keeps the padded grid.
         method = "auto"
-        if m is PROD and x.requires_grad and torch.compiler.is_compiling():
+        if m is PROD and values.requires_grad and torch.compiler.is_compiling():
             method = "doubling"
         lay = layout(level, max_length, reverse=reverse, grid_ok=m.grid_ok, method=method)
-        out = segmented_scan(m, x.values, lay, exclusive=exclusive)
-    return RaggedArray(out, x.partition, x.axes)
+        out = segmented_scan(m, values, lay, exclusive=exclusive)
+    return out
 
 
 def cumsum(
