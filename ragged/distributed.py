@@ -10,7 +10,7 @@ their maximum length, so later ``to_padded``/``to_mask`` calls read nothing from
 Ordering: :func:`all_gather` concatenates the ranks' segments in rank order (rank 0's first);
 :func:`scatter` and :func:`shard` give rank ``r`` the ``r``-th contiguous chunk. The global mean
 of a per-token loss is :func:`global_mean` (sums and counts all-reduced); see
-``docs/semantics/data.md``.
+``docs/semantics.md`` (data loading).
 """
 
 from __future__ import annotations

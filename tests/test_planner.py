@@ -1,7 +1,7 @@
 """plan_microbatches against brute force over every set partition of small batches.
 
 For the padded cost the contiguous DP must equal the optimum over all partitions (the exchange
-argument in docs/semantics/data.md); for the packed cost (bin packing under a cap) the plan must
+argument in docs/semantics.md, data loading); for the packed cost (bin packing under a cap) the plan must
 be no worse than the best contiguous plan and within first-fit decreasing's bound of optimal.
 """
 

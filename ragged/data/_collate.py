@@ -1,6 +1,6 @@
 """``collate``: a ``DataLoader`` ``collate_fn`` that batches variable-length samples without padding.
 
-The rule (see ``docs/semantics/data.md``): a sample is a tensor or a pytree (dicts, tuples,
+The rule (see ``docs/semantics.md`` (data loading)): a sample is a tensor or a pytree (dicts, tuples,
 namedtuples, lists) of tensors and Python scalars. A bare-tensor sample always becomes a
 RaggedArray. Inside a pytree, a tensor field becomes a RaggedArray when ``ragged_keys`` names it
 or, with ``ragged_keys=None``, when its leading sizes differ within the batch; other tensor fields

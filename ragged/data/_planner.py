@@ -11,7 +11,7 @@ Cost model (``MicrobatchCost``), per micro-batch of lengths ``L``:
 * padded execution: ``a * n * max(L) + b * n * max(L)**2 + c``.
 
 For the padded cost the contiguous DP is exactly optimal over *all* partitions (exchange
-argument in ``docs/semantics/data.md``, checked against brute force in the tests). The packed
+argument in ``docs/semantics.md`` (data loading), checked against brute force in the tests). The packed
 cost is separable (``a * sum(L) + b * sum(L**2)`` is the same for every partition), so only
 ``c`` times the number of micro-batches varies: minimising it under a token cap is bin packing,
 where contiguous ranges are not always optimal. The planner then returns the better of the

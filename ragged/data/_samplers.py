@@ -1,7 +1,7 @@
 """Batch samplers for variable-length data: length bucketing and token budgets.
 
 Both are ``torch.utils.data.Sampler``s of index lists, for ``DataLoader(batch_sampler=...)``.
-Guarantees (``docs/semantics/data.md``): every index appears exactly once per epoch (except the
+Guarantees (``docs/semantics.md`` (data loading)): every index appears exactly once per epoch (except the
 final incomplete batch that ``drop_last=True`` drops); with a seeded ``generator`` the sequence of
 epochs is deterministic (each epoch advances the generator), so ranks that build the sampler with
 the same seed see the same batches; without a generator each shuffled epoch draws its seed from

@@ -33,7 +33,7 @@ a segment of large ones to rounding), and every combination happens within one s
      block-sized work. Memory stays linear in ``N`` however long the longest segment (the grid
      would take ``B * max_length / K`` rows). Its step count is a Python loop over the maximum
      length, so under ``torch.compile`` it would add a graph per power of two: eager mode only,
-     except for training ``cumprod`` (see ``docs/semantics/scan.md``).
+     except for training ``cumprod`` (see ``docs/semantics.md``, "Scans").
 3. **Combine and gather.** Each block's prefix is combined (``+``, ``*``, max, min, logaddexp)
    into its rows, which are gathered back to the order of ``values``.
 
