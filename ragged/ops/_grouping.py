@@ -18,6 +18,7 @@ One ragged axis (``(B, L*, *inner)``) is the first case with ``B`` groups and a 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -33,16 +34,20 @@ class Grouping:
 
     Attributes:
         segments: the group of every value row.
-        positions: each row's position along the (single) reduced ragged axis, or ``None``
-            when several ragged axes are reduced together.
         partition: the partition of the result of a reduction (``None``: a dense result).
         kept_axes: the ragged axes (1-based) a reduction keeps, in order.
+        position_fn: computes each row's position along the (single) reduced ragged axis
+            (``None`` when several are reduced together); only argmax/argmin need it.
     """
 
     segments: Segments
-    positions: Tensor | None
     partition: Partition | None
     kept_axes: tuple[int, ...]
+    position_fn: Callable[[], Tensor] | None = None
+
+    def positions(self) -> Tensor | None:
+        """Each row's position along the reduced ragged axis (computed on demand)."""
+        return None if self.position_fn is None else self.position_fn()
 
 
 def group(x: RaggedArray, axes: tuple[int, ...], *, exact: bool = True) -> Grouping:
@@ -54,17 +59,17 @@ def group(x: RaggedArray, axes: tuple[int, ...], *, exact: bool = True) -> Group
     """
     levels = x.partition.levels
     nr = len(levels)
+    last = levels[-1]
+    if axes == (nr,):  # rows of the last level (for one level: the segments)
+        segments = Segments(last.row_ids, last.num_rows, last.lengths, last.offsets)
+        partition = Partition(levels[:-1]) if nr > 1 else None
+        return Grouping(segments, partition, tuple(range(1, nr)), last.positions)
     if axes == tuple(range(1, nr + 1)):
         ids = x.partition.segment_ids()
         counts = torch.zeros(x.num_segments, dtype=torch.int64, device=ids.device)
         counts = counts.index_add(0, ids, torch.ones_like(ids))
         offsets = torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
-        positions = levels[-1].positions() if nr == 1 else None
-        return Grouping(Segments(ids, x.num_segments, counts, offsets), positions, None, ())
-    if axes == (nr,):
-        last = levels[-1]
-        segments = Segments(last.row_ids, last.num_rows, last.lengths, last.offsets)
-        return Grouping(segments, last.positions(), Partition(levels[:-1]), tuple(range(1, nr)))
+        return Grouping(Segments(ids, x.num_segments, counts, offsets), None, ())
     if nr == 2 and axes == (1,):
         return _outer_axis(levels[0], levels[1], exact)
     raise NotImplementedError(
@@ -94,4 +99,4 @@ def _outer_axis(rows: RowPartition, cells: RowPartition, exact: bool) -> Groupin
     counts = torch.zeros(num, dtype=torch.int64, device=ids.device)
     counts = counts.index_add(0, ids, torch.ones_like(ids))
     partition = None if out is None else Partition((out,))
-    return Grouping(Segments(ids, num, counts), position, partition, (2,))
+    return Grouping(Segments(ids, num, counts), partition, (2,), lambda: position)

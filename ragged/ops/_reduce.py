@@ -58,6 +58,8 @@ DenseFn = Callable[[Tensor, tuple[int, ...], bool], Tensor]
 def _normalize_axes(func: str, x: RaggedArray, axis: Axis) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(x.ndim))
+    if type(axis) is int and 0 <= axis < x.ndim:  # the common case, without the general checks
+        return (axis,)
     items = axis if isinstance(axis, (tuple, list)) else (axis,)
     axes = tuple(sorted({normalize_axis(func, x, a) for a in items}))
     if len(axes) != len(items):
@@ -225,6 +227,12 @@ def sum(
     >>> ragged.sum(x)
     tensor(6.)
     """
+    if axis == 1 and type(x) is RaggedArray and not keepdims and fill_value is None:
+        levels = x.partition.levels
+        if len(levels) == 1:  # the common case, without the general driver (eager overhead)
+            level = levels[0]
+            segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
+            return segment_sum(_promoted(x.values), segments)
     return reduce(
         "ragged.sum",
         x,
@@ -250,9 +258,9 @@ def mean(
     _float_only(func, x)
 
     def segment_fn(v: Tensor, s: Segments) -> Tensor:
-        total = segment_sum(v, s)
-        count = s.counts.clamp_min(1).view(-1, *[1] * (v.dim() - 1)).to(total.dtype)
-        return total / count
+        # An empty segment gives 0 / 0 = NaN, the documented default. Its (infinite) local
+        # derivative reaches no row: an empty segment has none.
+        return segment_sum(v, s) / s.counts.view(-1, *[1] * (v.dim() - 1))
 
     return reduce(
         func,
@@ -263,7 +271,6 @@ def mean(
         segment_fn=segment_fn,
         dense_fn=lambda v, d, k: torch.mean(v, d, keepdim=k),
         empty=float("nan"),
-        kernel_fills=False,
     )
 
 
@@ -679,7 +686,7 @@ def _arg(
     segments = grouping.segments
     best = (segment_amax if largest else segment_amin)(values, segments, 0)
     hit = values == gather(best, segments)
-    positions = cast(Tensor, grouping.positions).view(-1, *[1] * (values.dim() - 1))
+    positions = cast(Tensor, grouping.positions()).view(-1, *[1] * (values.dim() - 1))
     sentinel = torch.iinfo(torch.int64).max
     candidates = torch.where(hit, positions, sentinel)
     first = segment_amin(candidates, segments, -1 if fill_value is None else fill_value)
