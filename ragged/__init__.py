@@ -41,25 +41,31 @@ from .interop import to_hf as to_hf
 from .interop import to_packed_sequence as to_packed_sequence
 from .interop import to_pyg as to_pyg
 from .ops import _combine as _ops_combine
+from .ops import _einsum as _ops_einsum
 from .ops import _elementwise as _ops_elementwise
 from .ops import _index as _ops_index
 from .ops import _linalg as _ops_linalg
+from .ops import _logical as _ops_logical
 from .ops import _normalize as _ops_normalize
 from .ops import _pairs as _ops_pairs
 from .ops import _reduce as _ops_reduce
 from .ops import _sample as _ops_sample
 from .ops import _scan as _ops_scan
 from .ops import _sort as _ops_sort
+from .ops import _statistics as _ops_statistics
 from .ops._combine import *  # noqa: F403
+from .ops._einsum import *  # noqa: F403
 from .ops._elementwise import *  # noqa: F403
 from .ops._index import *  # noqa: F403
 from .ops._linalg import *  # noqa: F403
+from .ops._logical import *  # noqa: F403
 from .ops._normalize import *  # noqa: F403
 from .ops._pairs import *  # noqa: F403
 from .ops._reduce import *  # noqa: F403
 from .ops._sample import *  # noqa: F403
 from .ops._scan import *  # noqa: F403
 from .ops._sort import *  # noqa: F403
+from .ops._statistics import *  # noqa: F403
 
 _pytree.register()
 _serialization.register()
@@ -93,13 +99,16 @@ __all__ = [
     "unbind",
 ]
 __all__ += _ops_combine.__all__
+__all__ += _ops_einsum.__all__
 __all__ += _ops_elementwise.__all__
 __all__ += _ops_index.__all__
 __all__ += _ops_linalg.__all__
+__all__ += _ops_logical.__all__
 __all__ += _ops_normalize.__all__
 __all__ += _ops_pairs.__all__
 __all__ += _ops_reduce.__all__
 __all__ += _ops_sample.__all__
 __all__ += _ops_scan.__all__
 __all__ += _ops_sort.__all__
+__all__ += _ops_statistics.__all__
 __all__ += func.__all__

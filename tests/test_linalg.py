@@ -9,7 +9,7 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from ragged.ops import _linalg
+from ragged.ops import _einsum
 from tests.strategies import ragged_arrays
 
 
@@ -124,10 +124,10 @@ def test_vmap_matmul_and_linear():
 @given(x=ragged_arrays(inner=(3,), max_segments=5, max_length=6))
 def test_tiled_einsum_matches_per_row(monkeypatch, tile, equation, x):
     if tile == "padded":
-        tiles = lambda level: _linalg._Tiles(level, level.max_length, padded=True)
+        tiles = lambda level: _einsum._Tiles(level, level.max_length, padded=True)
     else:
-        tiles = lambda level: _linalg._Tiles(level, tile, padded=False)
-    monkeypatch.setattr(_linalg, "_tiles", tiles)
+        tiles = lambda level: _einsum._Tiles(level, tile, padded=False)
+    monkeypatch.setattr(_einsum, "_tiles", tiles)
     gen = torch.Generator().manual_seed(0)
     y = x.with_values(torch.randn(x.values.shape[0], 2, generator=gen, dtype=torch.float64))
     w = torch.randn(x.num_segments, 3, 2, generator=gen, dtype=torch.float64)
@@ -136,7 +136,7 @@ def test_tiled_einsum_matches_per_row(monkeypatch, tile, equation, x):
         "bld,ble->dbe": (x, y),
         "bld,bde,ble->bl": (x, w, y),
     }.get(equation, (x, w))
-    plan = _linalg._plan("test", equation, operands)
+    plan = _einsum._plan("test", equation, operands)
     assert plan.tiles_equation is not None
     got = plan.run(operands)
     plan.tiles_equation = None  # the per-row evaluation

@@ -1,0 +1,500 @@
+"""Kernels of the segmented scans: monoids, the block layout, block prefixes, and the eager
+in-place ``autograd.Function``s. The public ops and the design are in ``ragged.ops._scan``."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._partition import RowPartition
+from ._segment import use_fast_path
+
+BLOCK = 16
+"""Rows per block of the ragged-axis scan under ``torch.compile`` (``K`` above)."""
+MAX_BLOCK = 32
+"""Largest block in eager mode (measured: 32 beats 16 and 64 on 128-row mean lengths)."""
+
+
+# --- monoids ----------------------------------------------------------------------------------
+
+
+def _lowest(dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return False
+    return -math.inf if dtype.is_floating_point else torch.iinfo(dtype).min
+
+
+def _highest(dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return True
+    return math.inf if dtype.is_floating_point else torch.iinfo(dtype).max
+
+
+def _accumulating(dtype: torch.dtype) -> torch.dtype:
+    """Integer and bool sums and products accumulate in int64, as ``torch.cumsum`` does."""
+    return dtype if dtype.is_floating_point or dtype.is_complex else torch.int64
+
+
+@dataclasses.dataclass(frozen=True)
+class Monoid:
+    """The pieces of one scan.
+
+    Attributes:
+        scan: the inclusive torch scan along a dim (inner axes, the padded grid of totals).
+        combine: ``combine(earlier, later, out=None)``, associative and elementwise.
+        identity: the value of an empty prefix, for a result dtype.
+        filler: a finite value for unused slots.
+        dtype: the result dtype for an input dtype.
+        torch_blocks: the composite path scans blocks with ``scan`` (block-major buffer);
+            otherwise with ``K - 1`` combines of contiguous rows (position-major buffer):
+            ``torch.cummax``/``torch.logcumsumexp`` over many short lines are 10-60x slower on
+            CPU than that, and ``torch.logaddexp`` on strided rows 15x slower than on
+            contiguous ones (measured, blocks of 16 rows of [16] float32).
+        safe: ``combine(identity, y)`` is ``y`` with finite derivatives of every order. False for
+            logaddexp: at ``-inf`` its second derivatives are NaN, so "no prefix" is a selection.
+        grid_ok: ``scan`` is safe on the padded grid of block totals in eager mode. False for
+            ``torch.logcumsumexp``, whose double backward is NaN wherever an incoming gradient
+            is exactly 0 (torch 2.13), as it is for the grid's unused cells.
+    """
+
+    scan: Callable[[Tensor, int], Tensor]
+    combine: Callable[..., Tensor]
+    identity: Callable[[torch.dtype], Any]
+    filler: float
+    dtype: Callable[[torch.dtype], torch.dtype] = lambda d: d
+    torch_blocks: bool = False
+    safe: bool = True
+    grid_ok: bool = True
+
+
+SUM = Monoid(torch.cumsum, torch.add, lambda d: 0, 0, _accumulating, torch_blocks=True)
+PROD = Monoid(torch.cumprod, torch.mul, lambda d: 1, 1, _accumulating, torch_blocks=True)
+MAX = Monoid(lambda v, d: torch.cummax(v, d).values, torch.maximum, _lowest, 0)
+MIN = Monoid(lambda v, d: torch.cummin(v, d).values, torch.minimum, _highest, 0)
+LOGSUMEXP = Monoid(
+    torch.logcumsumexp, torch.logaddexp, lambda d: -math.inf, 0, safe=False, grid_ok=False
+)
+
+
+# --- scans along an inner axis ----------------------------------------------------------------
+
+
+def _dense_scan(m: Monoid, values: Tensor, dim: int, reverse: bool, exclusive: bool) -> Tensor:
+    if reverse:
+        values = values.flip(dim)
+    out = m.scan(values, dim)
+    if exclusive:
+        first = out.new_full((*out.shape[:dim], 1, *out.shape[dim + 1 :]), m.identity(out.dtype))
+        out = torch.cat([first, out.narrow(dim, 0, out.shape[dim] - 1)], dim)
+    return out.flip(dim) if reverse else out
+
+
+# --- the block layout -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Layout:
+    """Where every row goes in the block buffer, and how the blocks group into segments.
+
+    The buffer has ``nblocks`` blocks of ``block`` slots plus one last slot (for the identity
+    that exclusive scans put first). It is *block-major* (``[nblocks, K, *inner]``, a block's
+    slots adjacent: the torch scans run along dim 1) or *position-major* (``[K, nblocks,
+    *inner]``, slot ``k`` of every block adjacent, so that combining rows ``k - 1`` and ``k`` of
+    all blocks is one contiguous elementwise op).
+
+    Attributes:
+        block: rows per block (``K``, a power of two).
+        nblocks: the static number of blocks (``N // K + B``, at least the blocks used).
+        slot: int64 ``[N]``, each row's block-major slot.
+        row_ids: int64 ``[N]``, each row's segment.
+        counts: int64 ``[B]``, blocks per segment.
+        block_offsets: int64 ``[B + 1]``, first block of each segment.
+        width: blocks in the longest segment (static).
+        reverse: the scan runs from the end of each segment.
+        method: "padded" or "doubling" (how block prefixes are scanned), or "none" (a segment
+            has one block at most).
+    """
+
+    block: int
+    nblocks: Any
+    slot: Tensor
+    row_ids: Tensor
+    counts: Tensor
+    block_offsets: Tensor
+    width: Any
+    reverse: bool
+    method: str
+
+    @property
+    def size(self) -> Any:
+        """Slots in the buffer, the identity slot included."""
+        return self.nblocks * self.block + 1
+
+    def slots(self, position_major: bool, *, previous: bool = False) -> Tensor:
+        """The slot of every row, or with ``previous`` of the row before it in scan order (the
+        identity slot for a segment's first row)."""
+        if not position_major and not previous:
+            return self.slot
+        start = self.block_offsets.index_select(0, self.row_ids)
+        position = self.slot - start * self.block
+        if previous:
+            position = position - 1
+        if position_major:  # K is a power of two: mask and shift (floor semantics at -1 too)
+            rest = torch.bitwise_and(position, self.block - 1)
+            whole = torch.bitwise_right_shift(position, self.block.bit_length() - 1)
+            slot = rest * self.nblocks + start + whole
+        else:
+            slot = start * self.block + position
+        return torch.where(position < 0, self.size - 1, slot) if previous else slot
+
+
+def block_size(rows: Any, num: Any) -> int:
+    """``K``: the largest power of two up to the mean length (1..32); :data:`BLOCK` when compiling.
+
+    Under ``torch.compile`` sizes are symbolic: any decision taken on them here would become a
+    guard (a recompilation when it flips), so the compiled scan takes none.
+    """
+    if torch.compiler.is_compiling():
+        return BLOCK
+    mean = rows // max(num, 1)
+    size = 1
+    while size * 2 <= min(mean, MAX_BLOCK):
+        size *= 2
+    return size
+
+
+def layout(
+    level: RowPartition,
+    max_length: Any,
+    *,
+    reverse: bool,
+    block: int | None = None,
+    method: str = "auto",
+    grid_ok: bool = True,
+) -> Layout:
+    """The block layout of one ragged level (index arithmetic on the offsets only).
+
+    ``block`` (a power of two) and ``method`` ("padded" or "doubling") can be forced;
+    ``grid_ok=False`` keeps eager mode off the padded grid. Under ``torch.compile`` the method
+    is "padded" unless forced.
+    """
+    offsets, lengths, row_ids = level.offsets[:-1], level.lengths, level.row_ids
+    rows, num = row_ids.shape[0], lengths.shape[0]
+    block = block_size(rows, num) if block is None else block
+    counts = (lengths + (block - 1)) // block
+    block_offsets = torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
+    first = block_offsets[:-1] * block
+    ranks = torch.arange(rows, device=row_ids.device)
+    # Slot = first slot of the row's segment + its position (from the end when reversed).
+    if reverse:
+        slot = (first + offsets + lengths - 1).index_select(0, row_ids) - ranks
+    else:
+        slot = ranks + (first - offsets).index_select(0, row_ids)
+    nblocks = rows // block + num
+    width = -(-max_length // block)
+    if torch.compiler.is_compiling():
+        method = "padded" if method == "auto" else method
+    elif width <= 1:
+        method = "none"
+    elif method == "auto":
+        method = "padded" if grid_ok and num * width <= nblocks else "doubling"
+    return Layout(block, nblocks, slot, row_ids, counts, block_offsets, width, reverse, method)
+
+
+# --- block prefixes (small tensors: one row per block) ----------------------------------------
+
+
+def _expand(t: Tensor, ndim: int) -> Tensor:
+    return t.view(*t.shape, *[1] * (ndim - t.dim()))
+
+
+def _with_prefix(m: Monoid, prefix: Tensor, has: Tensor, rows: Tensor) -> Tensor:
+    """``combine(prefix, rows)`` where ``has`` and ``rows`` elsewhere (``has`` broadcasts).
+
+    ``prefix`` and ``has`` are per block (small); ``rows`` may be the whole buffer.
+    """
+    if m.safe:
+        return m.combine(torch.where(has, prefix, m.identity(prefix.dtype)), rows)
+    # A finite stand-in for the missing prefix keeps every derivative of the unselected branch
+    # finite, so no NaN leaks through the selection.
+    combined = m.combine(torch.where(has, prefix, m.filler), rows)
+    return torch.where(has, combined, rows)
+
+
+def _blocks_of(lay: Layout, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """Segment, index within the segment, and validity of every block."""
+    num = lay.counts.shape[0]
+    slack = (lay.nblocks - lay.block_offsets[-1]).view(1)  # blocks past the last segment's
+    segment = torch.repeat_interleave(
+        torch.arange(num + 1, device=device),
+        torch.cat([lay.counts, slack]),
+        output_size=lay.nblocks,
+    )
+    local = torch.arange(lay.nblocks, device=device) - lay.block_offsets.index_select(0, segment)
+    return segment, local, segment < num
+
+
+def _prefix_padded(m: Monoid, totals: Tensor, lay: Layout) -> tuple[Tensor, Tensor]:
+    """Exclusive within-segment scan of the block totals through a padded ``[B, width]`` grid."""
+    num, width = lay.counts.shape[0], lay.width
+    inner = totals.shape[1:]
+    cols = torch.arange(width, device=totals.device)
+    index = (lay.block_offsets[:-1, None] + cols).clamp_max(lay.nblocks - 1)
+    grid = totals.index_select(0, index.reshape(-1)).reshape(num, width, *inner)
+    inside = _expand(cols < lay.counts[:, None], grid.dim())
+    grid = m.scan(torch.where(inside, grid, m.filler), 1).reshape(num * width, *inner)
+    segment, local, valid = _blocks_of(lay, totals.device)
+    source = (segment.clamp_max(num - 1) * width + local - 1).clamp(0, num * width - 1)
+    return grid.index_select(0, source), valid & (local > 0)
+
+
+def _prefix_doubling(m: Monoid, totals: Tensor, lay: Layout) -> tuple[Tensor, Tensor]:
+    """Exclusive within-segment scan of the block totals by recursive doubling."""
+    _, local, valid = _blocks_of(lay, totals.device)
+    blocks = torch.arange(lay.nblocks, device=totals.device)
+    scanned = totals
+    step = 1
+    while step < lay.width:
+        earlier = scanned.index_select(0, (blocks - step).clamp_min(0))
+        ok = _expand(valid & (local >= step), totals.dim())
+        scanned = _with_prefix(m, earlier, ok, scanned)
+        step *= 2
+    return scanned.index_select(0, (blocks - 1).clamp_min(0)), valid & (local > 0)
+
+
+def _block_prefix(m: Monoid, totals: Tensor, lay: Layout) -> tuple[Tensor, Tensor]:
+    fn = _prefix_padded if lay.method == "padded" else _prefix_doubling
+    return fn(m, totals, lay)
+
+
+# --- the ragged-axis scan: composite and in-place ---------------------------------------------
+
+
+def segmented_scan(m: Monoid, values: Tensor, lay: Layout, *, exclusive: bool) -> Tensor:
+    """The scan ``m`` of ``values`` within each segment, from differentiable torch ops.
+
+    Works under every ``torch.func`` transform and ``torch.compile``.
+    """
+    values = values.to(m.dtype(values.dtype))
+    inner = values.shape[1:]
+    k, nblocks = lay.block, lay.nblocks
+    major = not m.torch_blocks  # position-major
+    buffer = values.new_full((lay.size, *inner), m.filler)
+    buffer = buffer.index_copy(0, lay.slots(major), values)
+    blocks = buffer[:-1].view(*((k, nblocks) if major else (nblocks, k)), *inner)
+    if major:
+        # One unbind (its backward is one stack), not K selects (each a full-size zero fill).
+        rows = blocks.unbind(0)
+        running = [rows[0]]
+        for row in rows[1:]:
+            running.append(m.combine(running[-1], row))
+        scanned = torch.stack(running)
+    else:
+        scanned = m.scan(blocks, 1)
+    if lay.method != "none":
+        totals = scanned[k - 1] if major else scanned[:, k - 1]
+        prefix, has = _block_prefix(m, totals, lay)
+        prefix, has = (prefix[None], has[None]) if major else (prefix[:, None], has[:, None])
+        scanned = _with_prefix(m, prefix, _expand(has, scanned.dim()), scanned)
+    flat = scanned.reshape(nblocks * k, *inner)
+    if not exclusive:
+        return flat.index_select(0, lay.slots(major))
+    flat = torch.cat([flat, flat.new_full((1, *inner), m.identity(flat.dtype))])
+    return flat.index_select(0, lay.slots(major, previous=True))
+
+
+def scan_in_place(m: Monoid, values: Tensor, lay: Layout, *, exclusive: bool) -> Tensor:
+    """The same scan as :func:`segmented_scan` with two large allocations (buffer and output).
+
+    For plain tensors outside autograd (the bodies of the autograd Functions below): every step
+    updates the buffer in place, so no large temporary is made. Unused slots are left
+    uninitialised: a scan is causal, so they reach no real row, and the block prefixes never
+    read them (the padded grid masks them, doubling combines valid blocks only).
+    """
+    dtype = m.dtype(values.dtype)
+    inner = values.shape[1:]
+    k, nblocks = lay.block, lay.nblocks
+    buffer = torch.empty((lay.size, *inner), dtype=dtype, device=values.device)
+    buffer[-1].fill_(m.identity(dtype))
+    buffer.index_copy_(0, lay.slot, values.to(dtype))
+    blocks = buffer[:-1].view(nblocks, k, *inner)
+    if m is SUM:
+        blocks.cumsum_(1)
+    elif m is PROD:
+        blocks.cumprod_(1)
+    else:
+        for i in range(1, k):
+            m.combine(blocks[:, i - 1], blocks[:, i], out=blocks[:, i])
+    if lay.method != "none":
+        prefix, has = _block_prefix(m, blocks[:, k - 1], lay)
+        prefix = torch.where(_expand(has, prefix.dim()), prefix, m.identity(dtype))
+        m.combine(prefix[:, None], blocks, out=blocks)  # logaddexp(-inf, y) is y (no gradient)
+    return buffer.index_select(0, lay.slots(False, previous=exclusive))
+
+
+# --- cumsum: the in-place kernel forward; its transpose (a reverse cumsum) backward ---------
+
+
+def cumsum_rows(
+    values: Tensor, level: RowPartition, max_length: Any, reverse: bool, exclusive: bool
+) -> Tensor:
+    """Segmented cumsum of ``values`` (``[N, *inner]``): in place when eager and large."""
+    if use_fast_path(values):
+        return _SegmentCumsum.apply(values, level, max_length, reverse, exclusive)
+    lay = layout(level, max_length, reverse=reverse)
+    return segmented_scan(SUM, values, lay, exclusive=exclusive)
+
+
+class _SegmentCumsum(torch.autograd.Function):
+    """Segmented cumsum. Its transpose is the cumsum in the other direction: backward is the
+    reverse scan of the gradient, jvp the same scan of the tangent. Both use the composite
+    scan, which is differentiable and runs on batched gradients (``is_grads_batched``,
+    ``jacrev``), where the in-place kernel cannot (its buffer is not batched)."""
+
+    @staticmethod
+    def forward(
+        values: Tensor, level: RowPartition, max_length: Any, reverse: bool, exclusive: bool
+    ) -> Tensor:
+        lay = layout(level, max_length, reverse=reverse)
+        return scan_in_place(SUM, values, lay, exclusive=exclusive)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        _, ctx.level, ctx.max_length, ctx.reverse, ctx.exclusive = inputs
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
+        lay = layout(ctx.level, ctx.max_length, reverse=not ctx.reverse)
+        return segmented_scan(SUM, grad, lay, exclusive=ctx.exclusive), None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:
+        lay = layout(ctx.level, ctx.max_length, reverse=ctx.reverse)
+        return segmented_scan(SUM, tangent, lay, exclusive=ctx.exclusive)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
+        if in_dims[0] is None:
+            return _SegmentCumsum.apply(values, *args), None
+        return _SegmentCumsum.apply(values.movedim(in_dims[0], 1), *args), 1
+
+
+# --- cummax, cummin: the running values, and the index of the element attaining them ---------
+
+
+def _records_to_index(values: Tensor, running: Tensor, lay: Layout, run: Any) -> Tensor:
+    """For every element, the row of the element attaining its running extremum ``running``:
+    the last one in scan order at ties, and NaN counts as the extremum (as ``torch.cummax``)."""
+    rows = values.shape[0]
+    record = values == running
+    if values.is_floating_point():
+        record |= torch.isnan(values)
+    # The last record so far in scan order: a running max of keys that grow along the scan (the
+    # row, negated for reverse scans), `low` below every key where there is no record.
+    small = rows < 2**30  # keys below reach 2 * rows
+    sign = -1 if lay.reverse else 1
+    key = torch.arange(rows, device=values.device, dtype=torch.int32 if small else torch.int64)
+    key = _expand(key * sign, values.dim())
+    low = -rows - 1
+    key = run(MAX, (key - low) * record + low, lay, exclusive=False)
+    return (key * sign).long()
+
+
+def _previous_rows(level: RowPartition, reverse: bool) -> Tensor:
+    """The row before each row in scan order, or ``N`` (past the end) for a segment's first."""
+    rows = level.num_children
+    position = level.positions()
+    if reverse:
+        position = level.lengths.index_select(0, level.row_ids) - 1 - position
+    rank = torch.arange(rows, device=position.device)
+    return torch.where(position == 0, rows, rank + 1 if reverse else rank - 1)
+
+
+def _shift(out: Tensor, level: RowPartition, reverse: bool, fill: Any) -> Tensor:
+    """The exclusive scan from the inclusive one: each row takes the previous row's result."""
+    out = torch.cat([out, out.new_full((1, *out.shape[1:]), fill)])
+    return out.index_select(0, _previous_rows(level, reverse))
+
+
+class _SegmentExtreme(torch.autograd.Function):
+    """Running extrema in place; the index of the attaining elements is only computed for the
+    gradient (backward scatters to it, jvp gathers from it)."""
+
+    @staticmethod
+    def forward(
+        values: Tensor,
+        level: RowPartition,
+        max_length: Any,
+        reverse: bool,
+        exclusive: bool,
+        largest: bool,
+    ) -> Tensor:
+        lay = layout(level, max_length, reverse=reverse)
+        return scan_in_place(MAX if largest else MIN, values, lay, exclusive=exclusive)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        values, ctx.level, ctx.max_length, ctx.reverse, ctx.exclusive, ctx.largest = inputs
+        ctx.save_for_backward(values, output)
+        ctx.save_for_forward(values, output)
+
+    @staticmethod
+    def _index(ctx: Any, values: Tensor, output: Tensor) -> Tensor:
+        """The row each output reads (``N``, past the end, for an exclusive scan's first)."""
+        lay = layout(ctx.level, ctx.max_length, reverse=ctx.reverse)
+        values, output = values.detach(), output.detach()
+        if ctx.exclusive:  # the inclusive running values, again
+            m = MAX if ctx.largest else MIN
+            output = scan_in_place(m, values, lay, exclusive=False)
+        index = _records_to_index(values, output, lay, scan_in_place)
+        if ctx.exclusive:
+            index = _shift(index, ctx.level, ctx.reverse, values.shape[0])
+        return index
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
+        values, output = ctx.saved_tensors
+        index = _SegmentExtreme._index(ctx, values, output)
+        zeros = grad.new_zeros((values.shape[0] + 1, *values.shape[1:]))
+        out = zeros.scatter_add(0, index, grad)[:-1]  # out of place: works on batched grads
+        return out, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:
+        values, output = ctx.saved_tensors
+        index = _SegmentExtreme._index(ctx, values, output)
+        return torch.cat([tangent, tangent.new_zeros((1, *tangent.shape[1:]))]).gather(0, index)
+
+    @staticmethod
+    def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
+        if in_dims[0] is None:
+            return _SegmentExtreme.apply(values, *args), None
+        return _SegmentExtreme.apply(values.movedim(in_dims[0], 1), *args), 1
+
+
+def segmented_extreme(
+    values: Tensor,
+    level: RowPartition,
+    max_length: Any,
+    *,
+    reverse: bool,
+    exclusive: bool,
+    largest: bool,
+) -> Tensor:
+    """Running max (``largest``) or min within segments. The gradient of each output goes to
+    the element ``torch.cummax`` would name (the composite path gathers at that index)."""
+    if use_fast_path(values):
+        return _SegmentExtreme.apply(values, level, max_length, reverse, exclusive, largest)
+    m = MAX if largest else MIN
+    lay = layout(level, max_length, reverse=reverse)
+    plain = values.detach()
+    with torch.no_grad():
+        running = segmented_scan(m, plain, lay, exclusive=False)
+        index = _records_to_index(plain, running, lay, segmented_scan)
+    out = values.gather(0, index)
+    return _shift(out, level, reverse, m.identity(out.dtype)) if exclusive else out

@@ -1,0 +1,186 @@
+"""Reductions with a numerical twist: ``logsumexp``, ``var``, ``std``, ``norm``.
+
+They use the driver of ``ragged.ops._reduce`` (same axis rules and empty-segment handling);
+see its docstring.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._array import RaggedArray
+from .._errors import type_error
+from ._reduce import Axis, _float_only, reduce
+from ._segment import Segments, gather, segment_amax, segment_amin, segment_sum
+
+__all__ = ["logsumexp", "norm", "std", "var"]
+
+
+def logsumexp(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """``log(sum(exp(x)))`` over ``axis``, stably; empty segments give ``-inf``.
+
+    >>> import ragged
+    >>> ragged.logsumexp(ragged.array([[0.0, 0.0], [], [1.0]]), axis=1)
+    tensor([0.6931,   -inf, 1.0000])
+    """
+    func = "ragged.logsumexp"
+    _float_only(func, x)
+
+    def segment_fn(v: Tensor, s: Segments) -> Tensor:
+        peak = segment_amax(v.detach(), s, 0.0)
+        peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+        return segment_sum((v - gather(peak, s)).exp(), s).log() + peak
+
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=segment_fn,
+        dense_fn=lambda v, d, k: torch.logsumexp(v, d, keepdim=k),
+        empty=float("-inf"),
+    )
+
+
+def var(
+    x: RaggedArray,
+    axis: Axis = None,
+    *,
+    correction: int | float = 1,
+    keepdims: bool = False,
+    fill_value: Any = None,
+) -> Any:
+    """Variance over ``axis`` with Bessel's ``correction`` (1: sample variance, 0: population).
+
+    Two passes (mean, then squared deviations), so it is exact for large offsets. Empty
+    segments give NaN, and so do segments with ``length <= correction`` (as ``torch.var``).
+
+    >>> import ragged
+    >>> ragged.var(ragged.array([[1.0, 3.0], [], [2.0]]), axis=1)
+    tensor([2., nan, nan])
+    >>> ragged.var(ragged.array([[1.0, 3.0], [], [2.0]]), axis=1, correction=0)
+    tensor([1., nan, 0.])
+    """
+    func = "ragged.var"
+    _float_only(func, x)
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=lambda v, s: _segment_var(v, s, correction),
+        dense_fn=lambda v, d, k: _dense_var(v, d, k, correction),
+        empty=float("nan"),
+    )
+
+
+def _segment_var(v: Tensor, s: Segments, correction: int | float) -> Tensor:
+    count = s.counts.view(-1, *[1] * (v.dim() - 1)).to(v.dtype)
+    centre = segment_sum(v, s) / count.clamp_min(1)
+    squares = segment_sum((v - gather(centre, s)).square(), s)
+    dof = count - correction
+    return torch.where(dof > 0, squares / dof.clamp_min(1e-30), torch.nan)
+
+
+def _dense_var(v: Tensor, dims: tuple[int, ...], keep: bool, correction: int | float) -> Tensor:
+    """``torch.var`` without its warning on too few values (NaN there, as torch returns)."""
+    count = 1
+    for d in dims:
+        count *= v.shape[d]
+    squares = (v - v.mean(dims, keepdim=True)).square().sum(dims, keepdim=keep)
+    dof = count - correction
+    return squares / dof if dof > 0 else torch.full_like(squares, torch.nan)
+
+
+def std(
+    x: RaggedArray,
+    axis: Axis = None,
+    *,
+    correction: int | float = 1,
+    keepdims: bool = False,
+    fill_value: Any = None,
+) -> Any:
+    """Standard deviation over ``axis``: ``sqrt(var(x, axis, correction=correction))``.
+
+    Where the variance is 0 (a constant or one-element segment) the gradient is 0, not NaN as
+    for ``torch.std``.
+
+    >>> import ragged
+    >>> ragged.std(ragged.array([[1.0, 3.0], [2.0]]), axis=1, correction=0)
+    tensor([1., 0.])
+    """
+    func = "ragged.std"
+    _float_only(func, x)
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=lambda v, s: _safe_root(_segment_var(v, s, correction), 2.0),
+        dense_fn=lambda v, d, k: _safe_root(_dense_var(v, d, k, correction), 2.0),
+        empty=float("nan"),
+    )
+
+
+def _safe_root(total: Tensor, p: float) -> Tensor:
+    """``total ** (1/p)`` with a zero (not NaN) gradient where ``total`` is 0 (NaN stays NaN)."""
+    positive = total > 0
+    root = torch.where(positive, torch.where(positive, total, 1.0) ** (1.0 / p), 0.0)
+    return torch.where(torch.isnan(total), total, root)
+
+
+def norm(
+    x: RaggedArray,
+    ord: float = 2,
+    axis: Axis = None,
+    *,
+    keepdims: bool = False,
+    fill_value: Any = None,
+) -> Any:
+    """Vector ``ord``-norm over ``axis`` (as ``torch.linalg.vector_norm``); empty segments give 0.
+
+    The gradient at a zero vector is 0, as in ``torch.linalg.vector_norm``.
+
+    >>> import ragged
+    >>> x = ragged.array([[3.0, -4.0], [], [1.0]])
+    >>> ragged.norm(x, axis=1), ragged.norm(x, 1, axis=1), ragged.norm(x, float("inf"), axis=1)
+    (tensor([5., 0., 1.]), tensor([7., 0., 1.]), tensor([4., 0., 1.]))
+    """
+    func = "ragged.norm"
+    _float_only(func, x)
+    if not isinstance(ord, (int, float)) or isinstance(ord, bool):
+        raise type_error(func, "ord", "must be a number", type(ord).__name__)
+    p = float(ord)
+
+    def segment_fn(v: Tensor, s: Segments) -> Tensor:
+        magnitude = v.abs()
+        if p == float("inf"):
+            return segment_amax(magnitude, s, 0.0)
+        if p == float("-inf"):
+            return segment_amin(magnitude, s, 0.0)
+        if p == 0:
+            return segment_sum((v != 0).to(v.dtype), s)
+        if p == 1:
+            return segment_sum(magnitude, s)
+        if p == 2:
+            return _safe_root(segment_sum(v.square(), s), 2.0)
+        return _safe_root(segment_sum(magnitude**p, s), p)
+
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=segment_fn,
+        dense_fn=lambda v, d, k: torch.linalg.vector_norm(v, p, d, keepdim=k),
+        empty=0.0,
+    )
