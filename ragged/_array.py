@@ -220,6 +220,18 @@ class RaggedArray:
         values = self.values.to(*args, **kwargs)
         return RaggedArray(values, self.partition.to(values.device), self.axes)
 
+    def pin_memory(self) -> RaggedArray:
+        """Values and offsets in page-locked memory, for fast asynchronous copies to an
+        accelerator; ``DataLoader(pin_memory=True)`` calls this on RaggedArray batches.
+
+        Needs an accelerator (as ``Tensor.pin_memory``).
+        """
+        return RaggedArray(
+            self.values.pin_memory(),
+            self.partition.map_tensors(lambda t: t.pin_memory()),
+            self.axes,
+        )
+
     def detach(self) -> RaggedArray:
         """Values detached from the autograd graph; same partition."""
         return RaggedArray(self.values.detach(), self.partition, self.axes)

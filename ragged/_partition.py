@@ -17,6 +17,7 @@ validate user input) and by ops (whose outputs are valid by construction).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -124,13 +125,17 @@ class RowPartition:
 
     def to(self, device: torch.device) -> RowPartition:
         """This level with its tensors on ``device``."""
+        return self.map_tensors(lambda t: t.to(device))
+
+    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> RowPartition:
+        """This level with ``fn`` applied to its tensors (and its columns')."""
         return RowPartition(
-            self.offsets.to(device),
-            self.lengths.to(device),
-            self.row_ids.to(device),
+            fn(self.offsets),
+            fn(self.lengths),
+            fn(self.row_ids),
             self.max_length,
             self.sum_squares,
-            None if self.columns is None else self.columns.to(device),
+            None if self.columns is None else self.columns.map_tensors(fn),
             self.unit,
         )
 
@@ -271,7 +276,29 @@ class Partition:
         device = torch.device(device)
         if self.device == device:
             return self
-        return Partition(tuple(level.to(device) for level in self.levels))
+        return self.map_tensors(lambda t: t.to(device))
+
+    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> Partition:
+        """A new partition with ``fn`` applied to every offsets/lengths/ids tensor.
+
+        Columns shared between levels (a square pair map) stay shared.
+        """
+        mapped: dict[int, RowPartition] = {}
+        levels = []
+        for level in self.levels:
+            columns = level.columns
+            if columns is not None:
+                columns = mapped.get(id(columns)) or columns.map_tensors(fn)
+            new = dataclasses.replace(
+                level,
+                offsets=fn(level.offsets),
+                lengths=fn(level.lengths),
+                row_ids=fn(level.row_ids),
+                columns=columns,
+            )
+            mapped[id(level)] = new
+            levels.append(new)
+        return Partition(tuple(levels))
 
     def __repr__(self) -> str:
         return f"Partition(num_segments={self.num_segments}, levels={len(self.levels)})"
