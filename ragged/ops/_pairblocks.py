@@ -48,27 +48,16 @@ class Groups:
 
     Attributes:
         groups: the non-empty groups, ordered by their first segment.
-        row_starts: per segment, the offset of its first row in a one-level operand over
-            ``rows``; ``col_starts`` likewise over ``columns``.
-        pair_starts: per segment, the offset of its block in the pair map's values.
+        rows, cols: per segment, ``N_b`` and ``M_b``.
         sizes: per segment, ``N_b * M_b``.
         in_order: concatenating the groups' blocks gives the pair map's order.
     """
 
     groups: list[Group]
-    row_starts: list[int]
-    col_starts: list[int]
-    pair_starts: list[int]
+    rows: list[int]
+    cols: list[int]
     sizes: list[int]
     in_order: bool
-
-
-def _starts(sizes: list[int]) -> list[int]:
-    out, acc = [], 0
-    for s in sizes:
-        out.append(acc)
-        acc += s
-    return out
 
 
 def length_groups(rows: RowPartition, columns: RowPartition) -> Groups:
@@ -86,24 +75,50 @@ def length_groups(rows: RowPartition, columns: RowPartition) -> Groups:
     sizes = [nb * mb for nb, mb in zip(n, m, strict=True)]
     order = [b for g in groups for b in g.segments]
     in_order = order == [b for b, s in enumerate(sizes) if s]
-    return Groups(groups, _starts(n), _starts(m), _starts(sizes), sizes, in_order)
+    return Groups(groups, n, m, sizes, in_order)
 
 
 def _consecutive(segments: list[int]) -> bool:
     return segments[-1] - segments[0] == len(segments) - 1
 
 
-def stack_blocks(values: Tensor, starts: list[int], segments: list[int], size: int) -> Tensor:
-    """The blocks ``values[starts[b] : starts[b] + size]`` of ``segments`` as ``[n, size, ...]``.
+def group_blocks(values: Tensor, groups: Groups, sizes: list[int]) -> list[Tensor]:
+    """Every group's blocks as ``[n, size, *inner]``, where segment ``b`` owns ``sizes[b]``
+    consecutive rows of ``values``.
 
-    A view when the segments are consecutive (their blocks are back to back), else one gather.
+    One ``split`` cuts ``values`` into pieces (a group of consecutive segments is one piece, any
+    other segment its own), so the backward pass is one ``cat`` of the pieces' gradients. A
+    group of consecutive segments is a view of its piece; another group stacks its segments'
+    pieces (one copy of that group).
     """
-    n = len(segments)
-    if _consecutive(segments):
-        return values.narrow(0, starts[segments[0]], n * size).unflatten(0, (n, size))
-    first = torch.tensor([starts[b] for b in segments], device=values.device)
-    index = (first[:, None] + torch.arange(size, device=values.device)).reshape(-1)
-    return values.index_select(0, index).unflatten(0, (n, size))
+    owner: list[int | None] = [None] * len(sizes)
+    for index, g in enumerate(groups.groups):
+        for b in g.segments:
+            owner[b] = index
+    runs = {index for index, g in enumerate(groups.groups) if _consecutive(g.segments)}
+    piece_sizes: list[int] = []
+    piece_of: dict[tuple[str, int], int] = {}
+    b = 0
+    while b < len(sizes):
+        mine = owner[b]
+        if mine is not None and mine in runs:
+            count = len(groups.groups[mine].segments)
+            piece_of["group", mine] = len(piece_sizes)
+            piece_sizes.append(sum(sizes[b : b + count]))
+            b += count
+        else:
+            piece_of["segment", b] = len(piece_sizes)
+            piece_sizes.append(sizes[b])
+            b += 1
+    pieces = values.split(piece_sizes)
+    out = []
+    for index, g in enumerate(groups.groups):
+        size = sizes[g.segments[0]]
+        if index in runs:
+            out.append(pieces[piece_of["group", index]].unflatten(0, (len(g.segments), size)))
+        else:
+            out.append(torch.stack([pieces[piece_of["segment", b]] for b in g.segments]))
+    return out
 
 
 def assemble(pieces: list[Tensor], groups: Groups, empty: Tensor) -> Tensor:
@@ -281,12 +296,12 @@ def _grouped_block_matmul(x: Tensor, y: Tensor, level: RowPartition, tx: bool, t
     groups = length_groups(level, level)
     xc, yc = _channels(x), _channels(y)
     pieces = []
-    for g in groups.groups:
+    x_blocks = group_blocks(xc, groups, groups.sizes)
+    y_blocks = x_blocks if y is x else group_blocks(yc, groups, groups.sizes)
+    for g, xb, yb in zip(groups.groups, x_blocks, y_blocks, strict=True):
         n = g.rows
-        xb = stack_blocks(xc, groups.pair_starts, g.segments, n * n).unflatten(1, (n, n))
-        yb = stack_blocks(yc, groups.pair_starts, g.segments, n * n).unflatten(1, (n, n))
-        xm = xb.permute(0, 3, 1, 2)  # [count, C, N, N]: one matrix per segment and channel
-        ym = yb.permute(0, 3, 1, 2)
+        xm = xb.unflatten(1, (n, n)).permute(0, 3, 1, 2)  # [count, C, N, N]: per segment, channel
+        ym = yb.unflatten(1, (n, n)).permute(0, 3, 1, 2)
         out = torch.matmul(xm.mT if tx else xm, ym.mT if ty else ym)  # [count, C, N, N]
         pieces.append(out.permute(0, 2, 3, 1))
     return assemble(pieces, groups, xc[:0]).reshape(x.shape)

@@ -25,9 +25,10 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._errors import type_error, value_error
 from .._partition import Partition, RowPartition
-from ._pairblocks import PairTiles, assemble, block_matmul, length_groups, stack_blocks
+from ._pairblocks import PairTiles, assemble, block_matmul, group_blocks, length_groups
+from ._segment import Segments, segment_sum
 
-__all__ = ["outer", "pair_dot", "transpose", "triangle_multiply"]
+__all__ = ["outer", "pair_dot", "pair_matmul", "transpose", "triangle_multiply"]
 
 _PAIR_TILE = 16  # pair_dot tiles under torch.compile
 
@@ -165,10 +166,10 @@ def _outer_grouped(
     if not groups.groups:  # no pairs: the op decides the inner shape on empty row batches
         return partition, op(xv[:0], yv[:0])
     pieces = []
-    for g in groups.groups:
+    x_blocks = group_blocks(xv, groups, groups.rows)  # [n, N, *inner_x] per group
+    y_blocks = group_blocks(yv, groups, groups.cols)  # [n, M, *inner_y]
+    for g, xb, yb in zip(groups.groups, x_blocks, y_blocks, strict=True):
         n, nr, nc = len(g.segments), g.rows, g.cols
-        xb = stack_blocks(xv, groups.row_starts, g.segments, nr)  # [n, N, *inner_x]
-        yb = stack_blocks(yv, groups.col_starts, g.segments, nc)  # [n, M, *inner_y]
         if op in _BROADCASTING:
             out = op(xb.unsqueeze(2), yb.unsqueeze(1))  # [n, N, M, *inner]
         else:  # any row-wise op sees row batches, as in the gather it replaces
@@ -249,11 +250,9 @@ def _row_matmul(xb: Tensor, yb: Tensor) -> Tensor:
 
 def _pair_dot_grouped(x: Tensor, y: Tensor, rows: RowPartition, columns: RowPartition) -> Tensor:
     groups = length_groups(rows, columns)
-    pieces = []
-    for g in groups.groups:
-        xb = stack_blocks(x, groups.row_starts, g.segments, g.rows)
-        yb = stack_blocks(y, groups.col_starts, g.segments, g.cols)
-        pieces.append(_row_matmul(xb, yb))
+    x_blocks = group_blocks(x, groups, groups.rows)
+    y_blocks = group_blocks(y, groups, groups.cols)
+    pieces = [_row_matmul(xb, yb) for xb, yb in zip(x_blocks, y_blocks, strict=True)]
     empty = _row_matmul(x[:0].unsqueeze(0), y[:0].unsqueeze(0)).flatten(0, 2)
     return assemble(pieces, groups, empty)
 
@@ -273,6 +272,104 @@ def _pair_dot_tiled(
     )
     out = _row_matmul(tiles.gather_rows(x, "i"), tiles.gather_rows(y, "j")).flatten(0, 2)
     return out.index_select(0, tiles.back())
+
+
+def pair_matmul(p: RaggedArray, v: RaggedArray) -> RaggedArray:
+    """Per-segment ``P_b @ V_b`` over the second ragged axis of a pair map.
+
+    ``out[b, i, ..., d] = sum_j p[b, i, j, ...] * v[b, j, ..., d]``: the weighted sum of
+    attention (``p`` the attention weights per head, ``v`` the values), or a pair map applied
+    to the rows of a one-level array. It equals ``ragged.sum(p[..., None] * v[:, None],
+    axis=2)`` without building the ``(B, N*, M*, ..., D)`` product.
+
+    Cost: one batched matrix product per group of segments of equal shape (the lengths are read
+    to the host once: one host sync), temporaries of the size of ``p`` and the result. Under
+    ``torch.compile`` no host read: ``v``'s rows are gathered for every pair and summed with
+    ``segment_sum`` (``O(pairs * D)`` temporaries).
+
+    Axis names: ``p``'s batch and first ragged names, then ``v``'s inner names, when both are
+    named.
+
+    Args:
+        p: a pair map ``(B, N*, M*, *batch)``.
+        v: ``(B, M*, *batch, D)``: its ragged axis is ``p``'s second one (equal lengths), and
+            the same dtype.
+
+    Returns:
+        ``(B, N*, *batch, D)`` with ``p``'s first ragged level (the same object).
+
+    >>> import ragged, torch
+    >>> x = ragged.array([[[1.0], [2.0]], [[3.0]]])
+    >>> p = ragged.softmax(ragged.pair_dot(x, x), axis=2)  # (B, N*, N*)
+    >>> v = ragged.array([[[1.0, 0.0], [0.0, 1.0]], [[5.0, 5.0]]])
+    >>> ragged.pair_matmul(p, v).to_list()  # doctest: +ELLIPSIS
+    [[[0.268..., 0.731...], [0.119..., 0.880...]], [[5.0, 5.0]]]
+    """
+    func = "ragged.pair_matmul"
+    if not isinstance(p, RaggedArray):
+        raise type_error(func, "p", "must be a RaggedArray", type(p).__name__)
+    levels = p.partition.levels
+    if len(levels) != 2 or levels[1].columns is None:
+        got = f"{len(levels)} ragged axes" if len(levels) != 2 else "a nested partition"
+        raise value_error(func, "p", "must be a pair map (B, N*, M*, ...)", got)
+    _one_level(func, "v", v)
+    rows, columns = levels[0], levels[1].columns
+    if not _same_lengths(v.partition.levels[0], columns):
+        raise value_error(
+            func, "v", "must have the lengths of p's second ragged axis", "other lengths"
+        )
+    if v.values.dim() < 2 or v.values.shape[1:-1] != p.values.shape[1:] or v.dtype != p.dtype:
+        expected = f"must have inner shape (*{tuple(p.values.shape[1:])}, D) and dtype {p.dtype}"
+        raise value_error(func, "v", expected, f"{tuple(v.values.shape[1:])} and {v.dtype}")
+    if torch.compiler.is_compiling():
+        values = _pair_matmul_gathered(p, v)
+    else:
+        values = _pair_matmul_grouped(p, v)
+    names = None
+    if p.axes is not None and v.axes is not None:
+        names = (p.axes[0], p.axes[1], *v.axes[2:])
+        names = names if len(set(names)) == len(names) else None
+    return RaggedArray(values, Partition((rows,)), names)
+
+
+def _pair_matmul_grouped(pairs: RaggedArray, rows: RaggedArray) -> Tensor:
+    level, cells = pairs.partition.levels
+    assert cells.columns is not None
+    groups = length_groups(level, cells.columns)
+    if not groups.groups:  # no pairs: zeros, still a function of the inputs
+        return _pair_matmul_gathered(pairs, rows)
+    p, v = pairs.values, rows.values
+    p_blocks = group_blocks(p, groups, groups.sizes)  # [n, N * M, *batch]
+    v_blocks = group_blocks(v, groups, groups.cols)  # [n, M, *batch, D]
+    blocks: list[Tensor | None] = [None] * len(groups.sizes)
+    pieces = []
+    for g, pb, vb in zip(groups.groups, p_blocks, v_blocks, strict=True):
+        pm = pb.unflatten(1, (g.rows, g.cols)).movedim(1, -1).movedim(1, -1)  # [n, ..., N, M]
+        out = torch.matmul(pm, vb.movedim(1, -2)).movedim(-2, 1)  # [n, N, *batch, D]
+        pieces.append(out)
+        for b, block in zip(g.segments, out.unbind(0), strict=True):
+            blocks[b] = block
+    inner = v.shape[1:]
+    missing = any(block is None and n for block, n in zip(blocks, groups.rows, strict=True))
+    if len(pieces) == 1 and not missing:  # one group covers the batch, in order
+        return pieces[0].flatten(0, 1)
+    parts = [  # a segment without columns sums nothing: zeros
+        block if block is not None else v.new_zeros((n, *inner))
+        for block, n in zip(blocks, groups.rows, strict=True)
+        if n
+    ]
+    return torch.cat(parts)
+
+
+def _pair_matmul_gathered(p: RaggedArray, v: RaggedArray) -> Tensor:
+    """Sync-free: ``v``'s row for every pair, weighted, summed per row of ``p``."""
+    rows, cells = p.partition.levels
+    columns = cells.columns
+    assert columns is not None
+    segment = rows.row_ids.index_select(0, cells.row_ids)
+    right = columns.offsets.index_select(0, segment) + cells.positions()
+    weighted = p.values.unsqueeze(-1) * v.values.index_select(0, right)
+    return segment_sum(weighted, Segments(cells.row_ids, cells.num_rows, cells.lengths))
 
 
 def triangle_multiply(a: RaggedArray, b: RaggedArray, *, outgoing: bool = True) -> RaggedArray:
@@ -320,7 +417,11 @@ def triangle_multiply(a: RaggedArray, b: RaggedArray, *, outgoing: bool = True) 
     func = "ragged.triangle_multiply"
     _square_pair_map(func, "a", a)
     _square_pair_map(func, "b", b)
-    if b.partition is not a.partition and not a.partition.equals(b.partition):
+    if (
+        b.partition is not a.partition
+        and not torch.compiler.is_compiling()
+        and not a.partition.equals(b.partition)
+    ):
         raise value_error(func, "b", "must have the partition of a", "a different partition")
     if b.inner_shape != a.inner_shape or b.dtype != a.dtype:
         expected = f"must have the inner shape and dtype of a ({tuple(a.inner_shape)}, {a.dtype})"
@@ -332,6 +433,14 @@ def triangle_multiply(a: RaggedArray, b: RaggedArray, *, outgoing: bool = True) 
     return RaggedArray(values, a.partition, a.axes)
 
 
+def _same_lengths(a: RowPartition, b: RowPartition) -> bool:
+    """Whether two levels have equal lengths: identity, else one comparison (which reads device
+    memory; under ``torch.compile`` it is skipped and the caller's structure is trusted)."""
+    if a is b or torch.compiler.is_compiling():
+        return True
+    return a.lengths.shape == b.lengths.shape and bool(torch.equal(a.lengths, b.lengths))
+
+
 def _square_pair_map(func: str, param: str, x: Any) -> None:
     if not isinstance(x, RaggedArray):
         raise type_error(func, param, "must be a RaggedArray", type(x).__name__)
@@ -339,10 +448,7 @@ def _square_pair_map(func: str, param: str, x: Any) -> None:
     if len(levels) != 2 or levels[1].columns is None:
         got = f"{len(levels)} ragged axes" if len(levels) != 2 else "a nested partition"
         raise value_error(func, param, "must be a pair map (B, N*, N*, ...)", got)
-    rows, columns = levels[0], levels[1].columns
-    if columns is not rows and not (
-        columns.lengths.shape == rows.lengths.shape and torch.equal(columns.lengths, rows.lengths)
-    ):
+    if not _same_lengths(levels[0], levels[1].columns):
         raise value_error(func, param, "must be a square pair map (N_b x N_b blocks)", "N_b x M_b")
 
 

@@ -79,6 +79,25 @@ def pair_dot_samples(
     ]
 
 
+def pair_matmul_reference(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.einsum("ij...,j...d->i...d", p, v)
+
+
+def pair_matmul_samples(
+    lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    p = pair_randn(lengths, (2,), gen, dtype, layout)
+    v = ragged_randn(lengths, (2, 3), gen, dtype, layout)
+    plain = pair_randn(lengths, (), gen, dtype, layout)
+    others = _others(lengths)
+    rect = pair_randn(lengths, (), gen, dtype, layout, others)
+    return [
+        Sample("heads", (p, v)),
+        Sample("no_batch", (plain, ragged_randn(lengths, (4,), gen, dtype, layout))),
+        Sample("rectangular", (rect, ragged_randn(others, (3,), gen, dtype, layout))),
+    ]
+
+
 def transpose_samples(
     lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str
 ) -> list[Sample]:
@@ -178,6 +197,29 @@ PAIR_DOT_ERRORS = [
     ),
 ]
 
+PAIR_MATMUL_ERRORS = [
+    ErrorCase(
+        lambda: ragged.pair_matmul(X, X),
+        ValueError,
+        "ragged.pair_matmul: `p` must be a pair map (B, N*, M*, ...), got 1 ragged axes.",
+    ),
+    ErrorCase(
+        lambda: ragged.pair_matmul(Z, ragged.array([[[1.0]], [[2.0], [3.0]]])),
+        ValueError,
+        "ragged.pair_matmul: `v` must have the lengths of p's second ragged axis, got other lengths.",
+    ),
+    ErrorCase(
+        lambda: ragged.pair_matmul(Z, X),
+        ValueError,
+        "ragged.pair_matmul: `v` must have inner shape (*(1,), D) and dtype torch.float32, got (1,) and torch.float32.",
+    ),
+    ErrorCase(
+        lambda: ragged.pair_matmul(Z.values, X),
+        TypeError,
+        "ragged.pair_matmul: `p` must be a RaggedArray, got Tensor.",
+    ),
+]
+
 OPS = [
     OpInfo(
         "outer",
@@ -202,6 +244,15 @@ OPS = [
         CATEGORY,
         RULE_ADD,
         errors=PAIR_DOT_ERRORS,
+    ),
+    OpInfo(
+        "pair_matmul",
+        ragged.pair_matmul,
+        pair_matmul_reference,
+        pair_matmul_samples,
+        CATEGORY,
+        "remove one (the second ragged axis is contracted)",
+        errors=PAIR_MATMUL_ERRORS,
     ),
     OpInfo(
         "transpose",
