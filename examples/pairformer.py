@@ -323,7 +323,8 @@ def measure_step(
 ) -> int:
     """Peak resident memory of one step above the resident memory before it (bytes).
 
-    Takes one step to warm up (torch initialises libraries and kernels lazily, tens of MiB),
+    Takes a step on a tiny batch to warm up (torch initialises libraries and kernels lazily,
+    tens of MiB),
     then resets the kernel's peak-RSS counter (``/proc/self/clear_refs``) and reads the peak
     after the measured step (``VmHWM``: the counter behind ``ru_maxrss``, which also keeps the
     resident size of the parent process at ``fork``, before ``exec``, and so would report the
@@ -331,8 +332,10 @@ def measure_step(
     """
     import gc
 
-    step(variant, model, features, coords)  # warm up: lazy library and kernel initialisation
+    tiny = make_proteins([5, 3], torch.Generator().manual_seed(1))
+    step(variant, model, *tiny)  # warm up: lazy library and kernel initialisation
     model.zero_grad(set_to_none=True)
+    del tiny
     gc.collect()
     before = _status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as refs:
@@ -395,7 +398,7 @@ def main() -> None:
         child(args)
         return
     torch.set_num_threads(1)
-    steps = args.steps or (4 if args.small else 12)
+    steps = args.steps or (4 if args.small else 10)
 
     model, features, coords = _setup(args)
     lengths = features.lengths.tolist()

@@ -157,6 +157,8 @@ class PairTiles:
         count: the number of tiles (the static bound).
         i, j: ``[count, size]`` row and column index within the segment of each tile position.
         valid_i, valid_j: ``[count, size]`` whether that row / column exists.
+        row_strip, col_strip: ``[count]`` the :class:`RowStrips` index of each tile's rows and
+            of its columns.
         row_start, col_start: ``[count]`` the segment's first row in a one-level operand over
             ``rows`` / ``columns``.
         pair_start: ``[count]`` the offset of the segment's block in the pair map's values.
@@ -200,6 +202,15 @@ class PairTiles:
         used = (segment < num)[:, None]
         self.valid_i = used & (self.i < self.n[:, None])
         self.valid_j = used & (self.j < self.m[:, None])
+        # Each tile's row strip and column strip (see RowStrips): unused tiles take strip 0.
+        first_row_strip = torch.cumsum(n_tiles, 0) - n_tiles
+        first_col_strip = torch.cumsum(m_tiles, 0) - m_tiles
+        self.row_strip = torch.where(
+            used[:, 0], first_row_strip.index_select(0, clamped) + local // width, 0
+        )
+        self.col_strip = torch.where(
+            used[:, 0], first_col_strip.index_select(0, clamped) + local % width, 0
+        )
         self.row_start = n_offsets.index_select(0, clamped)
         self.col_start = m_offsets.index_select(0, clamped)
         pair_offsets = torch.nn.functional.pad(torch.cumsum(n_lengths * m_lengths, 0), (1, 0))
@@ -211,6 +222,11 @@ class PairTiles:
     def back(self) -> Tensor:
         """For every pair of the map, its flat position in the ``[count * size * size]`` layout
         of the tiles (a gather index from tiles back to the pair map's values)."""
+        tile, position = self.back_parts()
+        return tile * (self.size * self.size) + position
+
+    def back_parts(self) -> tuple[Tensor, Tensor]:
+        """For every pair of the map, its tile and its position ``i * size + j`` in the tile."""
         size = self.size
         pair = torch.arange(self.pairs, device=self._start.device)
         segment = torch.searchsorted(self._pair_offsets[1:], pair, right=True)
@@ -219,7 +235,7 @@ class PairTiles:
         i, j = local // m, local % m
         tile = self._start.index_select(0, segment)
         tile = tile + (i // size) * self._m_tiles.index_select(0, segment) + j // size
-        return (tile * size + i % size) * size + j % size
+        return tile, (i % size) * size + j % size
 
     def gather_rows(self, values: Tensor, axis: str) -> Tensor:
         """A one-level operand's rows per tile: ``[count, size, *inner]`` (zero padding) for the
@@ -233,43 +249,59 @@ class PairTiles:
         mask = ~valid.view(self.count, self.size, *[1] * (values.dim() - 1))
         return tiled.masked_fill(mask, 0)
 
-    def gather_block(
-        self,
-        channels_first: Tensor,
-        first: Tensor,
-        first_valid: Tensor,
-        k: Tensor,
-        transposed: bool,
-        k_major: bool,
-    ) -> Tensor:
-        """Entries of a square pair map's blocks: ``X[first, k]`` (``X[k, first]`` when
-        ``transposed``) for every tile, as a bmm operand ``[C * count, size, len(k)]`` (or
-        ``[C * count, len(k), size]`` when ``k_major``), zero where the entry does not exist.
 
-        ``channels_first`` is the map's values as ``[C, pairs]``; ``first`` and ``first_valid``
-        are ``[count, size]`` (the tiles' rows or columns) and ``k`` is ``[width]``. Gathering
-        along the pairs of a channels-first tensor yields the operand with plain views (a
-        reshape of permuted tiles would guard on the width being 1 under ``torch.compile``).
+class RowStrips:
+    """Segment-aligned strips of ``size`` rows of a square pair map: strip ``r`` holds rows
+    ``I * size .. I * size + size - 1`` of one segment (all its columns). Numbered segment after
+    segment, as :class:`PairTiles` numbers the tiles' row and column strips; the count is the
+    static bound ``min(rows, (rows + B * (size - 1)) // size)``.
+    """
+
+    def __init__(self, lengths: Tensor, rows: int, pairs: int, size: int) -> None:
+        device = lengths.device
+        num = lengths.shape[0]
+        per_segment = (lengths + (size - 1)) // size
+        end = torch.cumsum(per_segment, 0)
+        self.count = torch.sym_min(rows, (rows + num * (size - 1)) // size)
+        strip = torch.arange(self.count, device=device)
+        segment = torch.searchsorted(end, strip, right=True)
+        clamped = segment.clamp_max(num - 1)
+        first = (strip - (end - per_segment).index_select(0, clamped)) * size
+        self.index = first[:, None] + torch.arange(size, device=device)  # [count, size]
+        self.n = lengths.index_select(0, clamped)
+        self.valid = (segment < num)[:, None] & (self.index < self.n[:, None])
+        pair_offsets = torch.nn.functional.pad(torch.cumsum(lengths * lengths, 0), (1, 0))
+        self.pair_start = pair_offsets.index_select(0, clamped)
+        self.size, self.pairs = size, pairs
+
+    def gather(self, channels_first: Tensor, k: Tensor, transposed: bool, k_major: bool) -> Tensor:
+        """``X[rows, k]`` (``X[k, rows]`` when ``transposed``) for every strip, as
+        ``[C, count, size, len(k)]`` (``[C, count, len(k), size]`` when ``k_major``), zero
+        where the entry does not exist.
+
+        ``channels_first`` is the map's values as ``[C, pairs + 1]``, its last column zero
+        (missing entries gather it: no masking pass); ``k`` is ``[width]``. Gathering along the
+        pairs of a channels-first tensor gives bmm operands by plain views (a reshape of
+        permuted tiles would guard on the width being 1 under ``torch.compile``).
         """
         n = self.n[:, None, None]
         if k_major:
-            a, c, valid_a = first[:, None, :], k[None, :, None], first_valid[:, None, :]
+            a, c, valid = self.index[:, None, :], k[None, :, None], self.valid[:, None, :]
         else:
-            a, c, valid_a = first[:, :, None], k[None, None, :], first_valid[:, :, None]
+            a, c, valid = self.index[:, :, None], k[None, None, :], self.valid[:, :, None]
         local = c * n + a if transposed else a * n + c
-        valid = valid_a & (c < n)
-        flat = torch.where(valid, self.pair_start[:, None, None] + local, 0)
-        tiled = channels_first.index_select(1, flat.reshape(-1))
-        tiled = tiled.masked_fill(~valid.reshape(1, -1), 0)
-        return tiled.view(channels_first.shape[0] * self.count, *valid.shape[1:])
+        valid = valid & (c < n)
+        flat = torch.where(valid, self.pair_start[:, None, None] + local, self.pairs)
+        gathered = channels_first.index_select(1, flat.reshape(-1))
+        return gathered.view(channels_first.shape[0], *valid.shape)
 
 
 # --- per-segment matrix products of square pair maps ------------------------------------------
 
 # Compiled tile path: output tiles of _TILE x _TILE pairs; the contraction runs in _STEPS static
 # steps of ceil(max_length / _STEPS) entries each, so the loop has a static trip count.
-_TILE = 32
-_STEPS = 4
+_TILE = 16
+_STEPS = 8
 
 
 def block_matmul(x: Tensor, y: Tensor, level: RowPartition, tx: bool, ty: bool) -> Tensor:
@@ -321,18 +353,27 @@ def tiled_block_matmul(
     pairs = x.shape[0]
     xc, yc = _channels(x), _channels(y)
     tiles = PairTiles(lengths, offsets, rows, lengths, offsets, rows, pairs, _TILE)
+    strips = RowStrips(lengths, rows, pairs, _TILE)
     width = (bound + (_STEPS - 1)) // _STEPS
     ramp = torch.arange(width, device=x.device)
     count, channels = tiles.count, xc.shape[1]
-    xt, yt = xc.t(), yc.t()  # [C, pairs]: one matrix per channel and tile, by views
+    # [C, pairs + 1], contiguous, a zero last column: gathers read one channel at a time.
+    zero = xc.new_zeros((1, channels))
+    xt = torch.cat([xc, zero]).t().contiguous()
+    yt = xt if y is x else torch.cat([yc, zero]).t().contiguous()
     out = xc.new_zeros((channels * count, _TILE, _TILE))
     for step in range(_STEPS):
         k = step * width + ramp
-        xm = tiles.gather_block(xt, tiles.i, tiles.valid_i, k, transposed=tx, k_major=False)
-        ym = tiles.gather_block(yt, tiles.j, tiles.valid_j, k, transposed=not ty, k_major=True)
-        out = out + torch.bmm(xm, ym)  # [C * tiles, T, T]
-    # Gathering rows of the transposed tiles gives a contiguous [pairs, C] (a non-contiguous
-    # result, or a reshape of one, would make torch.compile guard on sizes being 1).
+        # Entries are gathered once per strip (rows x width), then whole strips per tile: a
+        # tile's operands are copies of contiguous blocks, not gathers of single entries.
+        xs = strips.gather(xt, k, transposed=tx, k_major=False)  # op(X)[i, k]
+        ys = strips.gather(yt, k, transposed=not ty, k_major=True)  # op(Y)[k, j]
+        xm = xs.index_select(1, tiles.row_strip).view(channels * count, _TILE, width)
+        ym = ys.index_select(1, tiles.col_strip).view(channels * count, width, _TILE)
+        out = torch.baddbmm(out, xm, ym)  # [C * tiles, T, T]
+    # Gathering rows of the transposed tiles gives a contiguous [pairs, C] (a reshape of the
+    # permuted tiles, or a non-contiguous result, would make torch.compile guard on sizes
+    # being 1).
     flat = out.view(channels, count * _TILE * _TILE).t().index_select(0, tiles.back())
     if x.dim() == 1:
         return flat.select(1, 0)
