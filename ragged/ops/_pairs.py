@@ -395,10 +395,11 @@ def triangle_multiply(a: RaggedArray, b: RaggedArray, *, outgoing: bool = True) 
     sync; nothing is cached) and each group is one batched matrix product over
     ``[n * C, N, N]`` blocks (a view of the values when the group's segments are consecutive),
     concatenated back in order; temporaries ``O(sum N_b^2 * C)``, nothing padded. Under
-    ``torch.compile`` there is no host read: the output runs in static ``32 x 32`` tiles and the
-    sum over ``k`` in 4 static steps of ``ceil(max_length / 4)``, so one graph serves every batch;
-    its backward saves only ``a`` and ``b`` and recomputes (each step's tiles are
-    ``O(sum N_b^2 * C * max_length / 128)``, dropped after the step).
+    ``torch.compile`` there is no host read: the output runs in static ``16 x 16`` tiles and the
+    sum over ``k`` in 8 static steps of ``ceil(max_length / 8)``, so one graph serves every batch;
+    its backward saves only ``a`` and ``b`` and runs the same tiled product (each step's
+    operands are ``O(sum N_b^2 * C * max_length / 128)``, dropped after the step). It is several
+    times slower than the eager path (measured: see ``docs/semantics``).
 
     Axis names: ``a``'s. Differentiable in both operands (all transforms).
 
