@@ -171,18 +171,21 @@ def _outer_grouped(
     xv, yv = _same_rank(x.values, y.values)
     if not groups.groups:  # no pairs: the op decides the inner shape on empty row batches
         return partition, op(xv[:0], yv[:0])
+    try:
+        broadcasting = op in _BROADCASTING
+    except TypeError:  # an unhashable callable
+        broadcasting = False
     pieces = []
     x_blocks = group_blocks(xv, groups, groups.rows)  # [n, N, *inner_x] per group
     y_blocks = group_blocks(yv, groups, groups.cols)  # [n, M, *inner_y]
     for g, xb, yb in zip(groups.groups, x_blocks, y_blocks, strict=True):
         n, nr, nc = len(g.segments), g.rows, g.cols
-        if op in _BROADCASTING:
-            out = op(xb.unsqueeze(2), yb.unsqueeze(1))  # [n, N, M, *inner]
+        if broadcasting:
+            pieces.append(op(xb.unsqueeze(2), yb.unsqueeze(1)))  # [n, N, M, *inner]
         else:  # any row-wise op sees row batches, as in the gather it replaces
             xe = xb.unsqueeze(2).expand(n, nr, nc, *xb.shape[2:]).flatten(0, 2)
             ye = yb.unsqueeze(1).expand(n, nr, nc, *yb.shape[2:]).flatten(0, 2)
-            out = op(xe, ye)
-        pieces.append(out.unflatten(0, (n, nr, nc)) if op not in _BROADCASTING else out)
+            pieces.append(op(xe, ye).unflatten(0, (n, nr, nc)))
     return partition, assemble(pieces, groups, xv[:0])
 
 
