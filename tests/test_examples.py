@@ -8,13 +8,13 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def run_example(name):
+def run_example(name, *extra):
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name), "--small"],
+        [sys.executable, str(ROOT / "examples" / name), "--small", *extra],
         capture_output=True,
         text=True,
         timeout=300,
@@ -35,3 +35,12 @@ def test_ddp_example_keeps_gradients_in_sync():
     out = run_example("ddp.py")
     assert out.count("gradients equal on all ranks: True; equal to one process") == 2, out
     assert "done:" in out
+
+
+def test_pairformer_example_trains_and_matches_padding():
+    out = run_example("pairformer.py", "--check")
+    difference = float(out.split("max |difference| ")[1].split()[0])
+    assert difference < 1e-4, out
+    losses = [float(line.split()[-1]) for line in out.splitlines() if line.startswith("step")]
+    assert losses[-1] < losses[0], out
+    assert "peak memory of one step" in out

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 
 import ragged
-from tests.optable import OpInfo, PerSegment, Sample, all_ops
+from tests.optable import OpInfo, PerSegment, Sample, all_ops, is_pair_map, pair_blocks
 from tests.strategies import lengths as lengths_strategy
 
 OPS = all_ops()
@@ -25,7 +25,9 @@ LAYOUTS = ["contiguous", "strided", "transposed"]
 def _segment_args(sample: Sample, b: int) -> list[Any]:
     out = []
     for a in sample.args:
-        if isinstance(a, ragged.RaggedArray):
+        if is_pair_map(a):  # segment b of a pair map is its dense block
+            out.append(pair_blocks(a)[b])
+        elif isinstance(a, ragged.RaggedArray):
             out.append(a.unbind()[b])
         elif isinstance(a, PerSegment):
             out.append(a.tensor[b])
@@ -50,7 +52,8 @@ def check_against_reference(info: OpInfo, sample: Sample) -> None:
         if isinstance(got, ragged.RaggedArray):
             assert got.num_segments == len(expected)
             assert got.lengths.tolist() == [e.shape[0] for e in expected], sample.name
-            for seg, e in zip(got.unbind(), expected, strict=True):
+            segments = pair_blocks(got) if is_pair_map(got) else got.unbind()
+            for seg, e in zip(segments, expected, strict=True):
                 torch.testing.assert_close(
                     seg, e, atol=info.atol, rtol=info.rtol, equal_nan=True, check_dtype=True
                 )

@@ -135,6 +135,41 @@ def ragged_randn(
     return ragged.from_lengths(values, lengths)
 
 
+def pair_randn(
+    lengths: list[int],
+    inner: Sequence[int],
+    generator: torch.Generator,
+    dtype: torch.dtype,
+    layout: str = "contiguous",
+    columns: list[int] | None = None,
+) -> ragged.RaggedArray:
+    """A pair map ``(B, N*, M*, *inner)`` with random values (square unless ``columns``)."""
+    rows = ragged.from_lengths(torch.zeros(sum(lengths)), lengths).partition.levels[0]
+    cols = rows
+    if columns is not None:
+        cols = ragged.from_lengths(torch.zeros(sum(columns)), columns).partition.levels[0]
+    partition = ragged.Partition.outer(rows, cols)
+    values = randn((partition.num_values, *inner), generator, dtype, layout)
+    return ragged.RaggedArray(values, partition)
+
+
+def is_pair_map(x: Any) -> bool:
+    """A RaggedArray with a product partition ``(B, N*, M*, ...)``."""
+    return (
+        isinstance(x, ragged.RaggedArray)
+        and x.ragged_ndim == 2
+        and x.partition.levels[1].columns is not None
+    )
+
+
+def pair_blocks(z: ragged.RaggedArray) -> list[torch.Tensor]:
+    """The dense ``(N_b, M_b, *inner)`` block of every segment of a pair map."""
+    rows = z.partition.levels[0].lengths.tolist()
+    cols = z.partition.levels[1].columns.lengths.tolist()  # type: ignore[union-attr]
+    parts = torch.split(z.values, [n * m for n, m in zip(rows, cols, strict=True)])
+    return [p.reshape(n, m, *z.values.shape[1:]) for p, n, m in zip(parts, rows, cols, strict=True)]
+
+
 def or_empty(
     fn: Callable[..., torch.Tensor], fill: Any, dtype: torch.dtype | None = None
 ) -> Callable[..., torch.Tensor]:
@@ -157,6 +192,7 @@ MODULES = [
     "linalg",
     "reductions",
     "normalize",
+    "pairs",
     "sample",
     "scan",
     "sort",
