@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -162,7 +164,19 @@ def bench_compile(
 ) -> tuple[Table, dict[str, dict[str, float]]]:
     import torch._dynamo
 
-    torch._dynamo.reset()
+    # A cold, private Inductor cache: compile times are honest, and the on-disk cache cannot
+    # serve a graph compiled for other sizes. (torch 2.13: under ragged.dynamic_shapes(), a
+    # cached training graph compiled for feature size 16 was reused for size 64 in a new process
+    # and failed its stride assertion.)
+    with tempfile.TemporaryDirectory(prefix="ragged-bench-inductor-") as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        torch._dynamo.reset()
+        return _bench_compile(sizes, dim, repeat, metric)
+
+
+def _bench_compile(
+    sizes: list[tuple[int, int]], dim: int, repeat: int, metric: str
+) -> tuple[Table, dict[str, dict[str, float]]]:
     xs = batches(sizes, dim)
     q = torch.randn(dim, generator=torch.Generator().manual_seed(2))
     compiled = torch.compile(pipeline, dynamic=True, backend="inductor")
@@ -189,13 +203,19 @@ def bench_compile(
             compile_s[mode] = time.perf_counter() - start
         frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         rows: dict[str, list[str]] = {}
+        worst = 0.0
         for x in xs:
             label = f"B={x.num_segments}, rows={x.values.shape[0]}"
             cells = [label]
             for mode in ("fwd", "fwd+bwd"):
                 got, want = _run(compiled, x, q, mode)(), _run(pipeline, x, q, mode)()
-                if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
-                    raise AssertionError(f"compiled result differs from eager ({label}, {mode})")
+                # float32 sums in another order: compare against the output's scale.
+                error = float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
+                worst = max(worst, error)
+                if error > 1e-4:
+                    raise AssertionError(
+                        f"compiled result differs from eager ({label}, {mode}): {error:.1e}"
+                    )
                 t = compare(
                     {"eager": _run(pipeline, x, q, mode), "compiled": _run(compiled, x, q, mode)},
                     repeat=repeat,
@@ -208,8 +228,8 @@ def bench_compile(
     largest = max(plot, key=lambda k: int(k.split("rows=")[1]))
     speedup = plot[largest]["fwd"]
     table.notes += [
-        f"Median {metric} time of {repeat} calls after compiling; compiled == eager checked on "
-        "every batch.",
+        f"Median {metric} time of {repeat} calls after compiling; compiled vs eager checked on "
+        f"every batch (largest difference {worst:.1e} of the output's scale; float32).",
         f"Graphs compiled for {len(xs)} batch shapes x 2 modes (no-grad forward, training): "
         f"{frames} (compile time {compile_s['fwd']:.0f} s forward, {compile_s['fwd+bwd']:.0f} s "
         "training).",
@@ -250,14 +270,15 @@ def main() -> None:
         num, dim, repeat = 2000, 16, 3
         sizes, cdim = [(64, 32), (96, 24), (80, 40)], 16
     else:
-        num, dim, repeat = 20000, 16, 5
+        # vmap: more calls, its median is the noisier one on a shared machine.
+        num, dim, repeat = 20000, 16, 9
         sizes, cdim = [(2048, 128), (3072, 96), (4096, 64)], 64
     tables = []
     plots: dict[str, dict[str, dict[str, float]]] = {}
     table, plots["vmap"] = bench_vmap(num, dim, repeat, args.metric)
     print(table.text(), flush=True)
     tables.append(table)
-    table, plots["compile"] = bench_compile(sizes, cdim, repeat, args.metric)
+    table, plots["compile"] = bench_compile(sizes, cdim, min(repeat, 5), args.metric)
     print()
     print(table.text(), flush=True)
     tables.append(table)

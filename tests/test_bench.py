@@ -93,6 +93,15 @@ def test_quick_runs_leave_the_docs_alone_by_default(checkout):
     assert (checkout / "benchmarks" / "results" / "fake.json").exists()
 
 
+def test_render_only_redraws_the_docs_from_earlier_results(checkout):
+    main(["--quick", "--suite", "fake"])
+    assert main(["--render-only"]) == 0
+    doc = (checkout / "docs" / "benchmarks.md").read_text()
+    assert "| 1 | 2 |" in doc and "- n" in doc
+    assert "`benchmarks/fake.py` | ok (quick) |" in doc
+    assert "`benchmarks/broken.py` | not run |" in doc
+
+
 def test_unknown_suite_is_an_error(checkout):
     with pytest.raises(SystemExit):
         main(["--suite", "nope"])

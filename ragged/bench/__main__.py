@@ -48,21 +48,21 @@ def render_suite(result: dict[str, Any]) -> str:
 
 
 def render_status(suites: list[Suite]) -> str:
-    lines = ["| suite | status | time |", "|---|---|---|"]
+    lines = ["| suite | status | run time | date |", "|---|---|---|---|"]
     for s in suites:
         status = s.status + (f": {s.reason}" if s.reason else "")
         took = f"{s.seconds:.0f} s" if s.seconds else "-"
-        lines.append(f"| `benchmarks/{s.name}.py` | {status} | {took} |")
+        date = (s.result or {}).get("date", "-")
+        quick = " (quick)" if (s.result or {}).get("quick") else ""
+        lines.append(f"| `benchmarks/{s.name}.py` | {status}{quick} | {took} | {date} |")
     return "\n".join(lines)
 
 
-def update_docs(doc: Path, suites: list[Suite], command: str) -> list[str]:
+def update_docs(doc: Path, suites: list[Suite]) -> list[str]:
     """Rewrite the marked sections of ``doc``; returns the sections that had no markers."""
     text = doc.read_text()
     missing = []
-    text, found = replace_section(
-        text, "suites", f"Last run: `{command}`.\n\n{render_status(suites)}"
-    )
+    text, found = replace_section(text, "suites", render_status(suites))
     if not found:
         missing.append("suites")
     for s in suites:
@@ -79,9 +79,8 @@ def earlier_status(suite: Suite, root: Path, results_dir: Path) -> None:
     """Status of a suite not run this time: its earlier result, or why it cannot run."""
     previous = results_dir / f"{suite.name}.json"
     if previous.exists():
-        data = json.loads(previous.read_text())
-        suite.status = "ok"
-        suite.reason = f"earlier run{' ' + data['date'] if data.get('date') else ''}"
+        suite.result = json.loads(previous.read_text())
+        suite.status, suite.seconds = "ok", suite.result.get("seconds", 0.0)
     elif not supports_json(suite, root):
         suite.status, suite.reason = "skipped", "does not accept --json"
     else:
@@ -101,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         help="write plots and docs/benchmarks.md tables (default: on for full runs only)",
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per suite")
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="run nothing: redraw the plots and docs tables from benchmarks/results/*.json",
+    )
     args = parser.parse_args(argv)
     root = find_root(Path.cwd())
     results_dir = root / "benchmarks" / "results"
@@ -110,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"no such suite: {', '.join(unknown)}")
     selected = [s for s in suites if not args.suite or s.name in args.suite]
-    command = "python -m ragged.bench" + " --quick" * args.quick
-    command += "".join(f" --suite {name}" for name in args.suite or [])
+    if args.render_only:
+        selected = []
     for suite in progress(selected, lambda s: s.name):
         run_suite(
             suite,
@@ -123,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if suite.result is not None:
             suite.result["date"] = datetime.date.today().isoformat()
+            suite.result["seconds"] = round(suite.seconds, 1)
             text = json.dumps(suite.result, indent=1) + "\n"
             (results_dir / f"{suite.name}.json").write_text(text)
     for suite in suites:
@@ -134,15 +139,17 @@ def main(argv: list[str] | None = None) -> int:
             for data in s.result["tables"][:2]:
                 print(Table.from_json(data).text())
                 print()
-    update = (not args.quick) if args.update_docs is None else args.update_docs
+    update = (args.render_only or not args.quick) if args.update_docs is None else args.update_docs
     if update:
-        results = {s.name: s.result for s in selected if s.result is not None}
+        # Suites run now, or all earlier results when only rendering.
+        shown = suites if args.render_only else selected
+        results = {s.name: s.result for s in shown if s.result is not None}
         if plots_available():
             for path in plot_all(results, root / "docs" / "img"):
                 print(f"wrote {path.relative_to(root)}")
         else:
             print("matplotlib is not installed (pip install -e '.[bench]'): no plots")
-        missing = update_docs(root / "docs" / "benchmarks.md", suites, command)
+        missing = update_docs(root / "docs" / "benchmarks.md", suites)
         print(
             "updated docs/benchmarks.md"
             + (f" (no markers for: {', '.join(missing)})" if missing else "")

@@ -39,7 +39,7 @@ class Table:
     |---|---|
     | sum | 1.0 |
     <BLANKLINE>
-    medians
+    - medians
     """
 
     title: str
@@ -60,7 +60,7 @@ class Table:
         lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
         lines += ["| " + " | ".join(row) + " |" for row in self.rows]
         if self.notes:
-            lines += ["", *self.notes]
+            lines += ["", *[f"- {note}" for note in self.notes]]
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
