@@ -6,8 +6,10 @@ skipped). Then, unless ``--quick`` (or with ``--update-docs``), the plots go to 
 and the tables into the ``<!-- bench:<suite>:start/end -->`` sections of
 ``docs/benchmarks.md``, with the command and the machine.
 
-Usage: ``python -m ragged.bench [--quick] [--suite NAME ...] [--update-docs | --no-update-docs]``
-(from a checkout of the repository).
+Usage (from a checkout of the repository)::
+
+    python -m ragged.bench [--quick] [--suite NAME ...] [--update-docs | --no-update-docs]
+    python -m ragged.bench --render-only   # redraw plots and tables from benchmarks/results/
 """
 
 from __future__ import annotations
