@@ -78,7 +78,7 @@ def test_runner_runs_suites_records_skips_and_failures_and_updates_docs(checkout
     assert main(["--quick", "--update-docs"]) == 1  # broken.py fails
     out = capsys.readouterr().out
     assert "fake" in out
-    result = json.loads((checkout / "benchmarks" / "results" / "fake.json").read_text())
+    result = json.loads((checkout / "benchmarks" / "results" / "quick" / "fake.json").read_text())
     assert result["quick"] is True and result["tables"][0]["rows"] == [["1", "2"]]
     doc = (checkout / "docs" / "benchmarks.md").read_text()
     assert "| 1 | 2 |" in doc and "Command: `python benchmarks/fake.py`" in doc
@@ -90,15 +90,17 @@ def test_runner_runs_suites_records_skips_and_failures_and_updates_docs(checkout
 def test_quick_runs_leave_the_docs_alone_by_default(checkout):
     main(["--quick", "--suite", "fake"])
     assert (checkout / "docs" / "benchmarks.md").read_text() == DOC
-    assert (checkout / "benchmarks" / "results" / "fake.json").exists()
+    assert (checkout / "benchmarks" / "results" / "quick" / "fake.json").exists()
+    assert not (checkout / "benchmarks" / "results" / "fake.json").exists()
 
 
 def test_render_only_redraws_the_docs_from_earlier_results(checkout):
-    main(["--quick", "--suite", "fake"])
+    main(["--suite", "fake", "--no-update-docs"])
+    assert (checkout / "docs" / "benchmarks.md").read_text() == DOC
     assert main(["--render-only"]) == 0
     doc = (checkout / "docs" / "benchmarks.md").read_text()
     assert "| 1 | 2 |" in doc and "- n" in doc
-    assert "`benchmarks/fake.py` | ok (quick) |" in doc
+    assert "`benchmarks/fake.py` | ok |" in doc
     assert "`benchmarks/broken.py` | not run |" in doc
 
 

@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     root = find_root(Path.cwd())
-    results_dir = root / "benchmarks" / "results"
+    # Quick (CI-size) results never overwrite the full ones that the docs are drawn from.
+    results_dir = root / "benchmarks" / "results" / ("quick" if args.quick else "")
     suites = discover(root / "benchmarks")
     if args.suite:
         unknown = sorted(set(args.suite) - {s.name for s in suites})
