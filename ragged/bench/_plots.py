@@ -1,0 +1,144 @@
+"""PNG plots of the suites' results (matplotlib, imported lazily: ``pip install .[bench]``)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = ["available", "plot_all"]
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _bars(ax: Any, groups: list[str], series: dict[str, list[float]]) -> None:
+    width = 0.8 / max(len(series), 1)
+    for i, (label, heights) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        bars = ax.bar(xs, [h if math.isfinite(h) else 0 for h in heights], width, label=label)
+        for bar, h in zip(bars, heights, strict=True):
+            if math.isfinite(h):
+                text = f"{h:.0f}x" if h >= 10 else f"{h:.1f}x"
+                ax.annotate(
+                    text,
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
+    ax.set_xticks(range(len(groups)), groups)
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.margins(y=0.15)
+
+
+def plot_ops(result: dict[str, Any], out: Path) -> Path:
+    """Speedup of every ragged op over padding and over the best plain-torch composition."""
+    plt = _pyplot()
+    speedup = result["plots"]["speedup"]
+    ops = list(speedup)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, kind, title in (
+        (axes[0], "padded", "padded time / ragged time"),
+        (axes[1], "torch", "best plain-torch time / ragged time"),
+    ):
+        series = {
+            mode: [speedup[op].get(f"{mode} {kind}", math.nan) for op in ops]
+            for mode in ("fwd", "fwd+bwd")
+        }
+        _bars(ax, ops, series)
+        ax.set_title(title)
+        ax.set_ylabel("speedup (above 1: ragged is faster)")
+        if kind == "padded":
+            ax.set_yscale("log")
+        ax.legend()
+    fig.suptitle(_caption(result))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_skew(result: dict[str, Any], out: Path) -> Path:
+    """Time and peak memory of ragged vs padded against the max/mean length ratio."""
+    plt = _pyplot()
+    points = result["plots"]["skew"]
+    xs = [p["max_over_mean"] for p in points]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, label in (
+        (axes[0], "ms", f"{result['metric']} time per call (ms)"),
+        (axes[1], "mb", "peak extra memory (MB)"),
+    ):
+        for variant in ("ragged", "padded"):
+            ax.plot(xs, [p[f"{variant}_{key}"] for p in points], marker="o", label=variant)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("max / mean segment length")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    axes[0].set_title("logsumexp over the ragged axis, forward + backward")
+    axes[1].set_title("memory")
+    fig.suptitle(_caption(result))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_func(result: dict[str, Any], out: Path) -> Path:
+    """ragged.vmap against a loop, and compiled against eager."""
+    plt = _pyplot()
+    vmap, compiled = result["plots"]["vmap"], result["plots"]["compile"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    methods = list(vmap)
+    _bars(axes[0], methods, {m: [vmap[x][m] for x in methods] for m in ("fwd", "fwd+bwd")})
+    axes[0].set_title("per-segment attention: loop time / method time")
+    axes[0].axhline(4.0, color="red", linewidth=0.8, linestyle=":", label="target 4x")
+    axes[0].legend()
+    batches = list(compiled)
+    short = [b.split(",")[0] for b in batches]
+    _bars(axes[1], short, {m: [compiled[b][m] for b in batches] for m in ("fwd", "fwd+bwd")})
+    axes[1].set_title("attention pooling: eager time / compiled time")
+    axes[1].axhline(2.0, color="red", linewidth=0.8, linestyle=":", label="target 2x")
+    axes[1].legend()
+    fig.suptitle(_caption(result))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _caption(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    return f"{result['command']}  ({m['cpu']}, torch {m['torch']}, {m['torch_threads']} thread)"
+
+
+PLOTS = {"ops": [("ops_speedup.png", plot_ops)], "skew": [("skew.png", plot_skew)]}
+PLOTS["func"] = [("func.png", plot_func)]
+
+
+def plot_all(results: dict[str, dict[str, Any]], img_dir: Path) -> list[Path]:
+    """Draw every plot whose suite has a result; returns the files written."""
+    img_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for suite, plots in PLOTS.items():
+        if suite in results:
+            for name, draw in plots:
+                written.append(draw(results[suite], img_dir / name))
+    return written

@@ -1,0 +1,159 @@
+"""Timing and memory measurement for the benchmark suites.
+
+Every measurement records both wall-clock time and the process's CPU time (user + system, which
+includes the page faults of fresh tensors). The suites run torch on one thread, so CPU time is
+the work done by the op itself; on a shared machine it is steadier than wall time, which also
+counts the time other processes held the core. Variants of one job are timed round-robin (one
+call of each per round), so slow drifts in the machine's load hit all of them alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Timing", "compare", "peak_memory", "per_call"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Medians of one variant, in seconds, over ``len(cpu)`` timed calls."""
+
+    wall: list[float]
+    cpu: list[float]
+
+    @property
+    def wall_median(self) -> float:
+        return statistics.median(self.wall)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu)
+
+    def median(self, metric: str) -> float:
+        """The median of ``metric`` (``"cpu"`` or ``"wall"``).
+
+        >>> Timing([1.0, 3.0, 2.0], [0.5, 0.5, 0.7]).median("wall")
+        2.0
+        """
+        return self.cpu_median if metric == "cpu" else self.wall_median
+
+    def spread(self, metric: str) -> float:
+        """Relative spread (max - min) / median: how noisy the measurement was."""
+        values = self.cpu if metric == "cpu" else self.wall
+        mid = statistics.median(values)
+        return (max(values) - min(values)) / mid if mid else 0.0
+
+
+def compare(
+    variants: dict[str, Callable[[], Any]],
+    *,
+    repeat: int,
+    warmup: int = 1,
+    budget: float | None = None,
+    estimates: dict[str, float] | None = None,
+) -> dict[str, Timing]:
+    """Time every variant ``repeat`` times, round-robin, after ``warmup`` untimed calls each.
+
+    With ``budget`` (seconds), a variant whose warm-up call took longer than ``budget /
+    repeat`` (or whose ``estimates`` entry, seconds per call measured by the caller, is) is
+    timed fewer times (at least 3): it sits out the last rounds. Results are
+    dropped as soon as each call returns (so the next call allocates afresh, as in real use).
+    The garbage collector is off while timing.
+
+    >>> t = compare({"noop": lambda: None}, repeat=3)
+    >>> len(t["noop"].cpu)
+    3
+    """
+    counts = {}
+    for name, fn in variants.items():
+        start = time.perf_counter()
+        for _ in range(warmup):
+            fn()
+        took = (time.perf_counter() - start) / max(warmup, 1)
+        if estimates and name in estimates:
+            took = estimates[name]
+        fits = repeat if budget is None or took <= 0 else int(budget / took)
+        counts[name] = max(min(repeat, fits), min(repeat, 3))
+    walls: dict[str, list[float]] = {name: [] for name in variants}
+    cpus: dict[str, list[float]] = {name: [] for name in variants}
+    gc.collect()
+    gc.disable()
+    try:
+        for round_ in range(repeat):
+            for name, fn in variants.items():
+                if round_ >= counts[name]:
+                    continue
+                c0, w0 = time.process_time(), time.perf_counter()
+                fn()
+                w1, c1 = time.perf_counter(), time.process_time()
+                walls[name].append(w1 - w0)
+                cpus[name].append(c1 - c0)
+    finally:
+        gc.enable()
+    return {name: Timing(walls[name], cpus[name]) for name in variants}
+
+
+def per_call(fn: Callable[[], Any], *, number: int, repeat: int) -> Timing:
+    """Per-call time of a cheap ``fn``: ``repeat`` batches of ``number`` calls each.
+
+    >>> per_call(lambda: None, number=10, repeat=3).cpu_median < 1e-3
+    True
+    """
+    for _ in range(max(1, number // 10)):
+        fn()
+    walls, cpus = [], []
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            c0, w0 = time.process_time(), time.perf_counter()
+            for _ in range(number):
+                fn()
+            w1, c1 = time.perf_counter(), time.process_time()
+            walls.append((w1 - w0) / number)
+            cpus.append((c1 - c0) / number)
+    finally:
+        gc.enable()
+    return Timing(walls, cpus)
+
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def peak_memory(fn: Callable[[], Any]) -> float | None:
+    """Peak resident memory that one call of ``fn`` adds, in bytes (Linux only, else ``None``).
+
+    Resets the process's high-water mark (``VmHWM``, by writing 5 to ``/proc/self/clear_refs``),
+    calls ``fn`` and reads how far the mark rose above the resident size before the call. Large
+    CPU tensors are mapped and unmapped per allocation by the default allocator, so this is the
+    peak of the live tensors during the call.
+    """
+    gc.collect()
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return None
+    before = _status_kib("VmRSS")
+    result = fn()
+    peak = _status_kib("VmHWM")
+    del result
+    if before is None or peak is None:
+        return None
+    return max(0, peak - before) * 1024.0

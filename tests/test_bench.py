@@ -1,0 +1,232 @@
+"""The benchmark runner (``python -m ragged.bench``), its helpers, and a smoke run of a suite."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragged.bench import Table, compare, peak_memory, replace_section
+from ragged.bench.__main__ import main, render_suite
+from ragged.bench._runner import discover
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FAKE_SUITE = """
+import argparse, json
+parser = argparse.ArgumentParser()
+parser.add_argument("--json")
+parser.add_argument("--quick", action="store_true")
+args = parser.parse_args()
+table = {"title": "fake", "columns": ["a", "b"], "rows": [["1", "2"]], "notes": ["n"]}
+machine = {"cpu": "X", "cores": 1, "torch_threads": 1, "torch": "0", "python": "3"}
+doc = {"suite": "fake", "command": "python benchmarks/fake.py", "quick": args.quick,
+       "machine": machine, "metric": "cpu", "tables": [table], "plots": {}}
+open(args.json, "w").write(json.dumps(doc))
+"""
+
+NO_JSON_SUITE = """
+import argparse
+argparse.ArgumentParser().parse_args()
+print("hello")
+"""
+
+FAILING_SUITE = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--json")
+parser.add_argument("--quick", action="store_true")
+parser.parse_args()
+raise SystemExit("boom")
+"""
+
+DOC = """# Benchmarks
+<!-- bench:suites:start -->
+old
+<!-- bench:suites:end -->
+<!-- bench:fake:start -->
+old
+<!-- bench:fake:end -->
+"""
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A fake checkout: benchmarks/ with three scripts, docs/benchmarks.md with markers."""
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (tmp_path / "ragged").mkdir()  # marks the checkout root; not imported (no __init__)
+    (bench / "fake.py").write_text(FAKE_SUITE)
+    (bench / "plain.py").write_text(NO_JSON_SUITE)
+    (bench / "broken.py").write_text(FAILING_SUITE)
+    (bench / "_helper.py").write_text("")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "benchmarks.md").write_text(DOC)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_discover_skips_helpers_and_orders_owned_suites_first(tmp_path):
+    for name in ["zeta", "ops", "_private", "func", "alpha"]:
+        (tmp_path / f"{name}.py").write_text("")
+    assert [s.name for s in discover(tmp_path)] == ["ops", "func", "alpha", "zeta"]
+
+
+def test_runner_runs_suites_records_skips_and_failures_and_updates_docs(checkout, capsys):
+    assert main(["--quick", "--update-docs"]) == 1  # broken.py fails
+    out = capsys.readouterr().out
+    assert "fake" in out
+    result = json.loads((checkout / "benchmarks" / "results" / "quick" / "fake.json").read_text())
+    assert result["quick"] is True and result["tables"][0]["rows"] == [["1", "2"]]
+    doc = (checkout / "docs" / "benchmarks.md").read_text()
+    assert "| 1 | 2 |" in doc and "Command: `python benchmarks/fake.py`" in doc
+    assert "`benchmarks/plain.py` | skipped: does not accept --json" in doc
+    assert "`benchmarks/broken.py` | failed: exit 1: boom" in doc
+    assert "old" not in doc
+
+
+def test_quick_runs_leave_the_docs_alone_by_default(checkout):
+    main(["--quick", "--suite", "fake"])
+    assert (checkout / "docs" / "benchmarks.md").read_text() == DOC
+    assert (checkout / "benchmarks" / "results" / "quick" / "fake.json").exists()
+    assert not (checkout / "benchmarks" / "results" / "fake.json").exists()
+
+
+def test_render_only_redraws_the_docs_from_earlier_results(checkout):
+    main(["--suite", "fake", "--no-update-docs"])
+    assert (checkout / "docs" / "benchmarks.md").read_text() == DOC
+    assert main(["--render-only"]) == 0
+    doc = (checkout / "docs" / "benchmarks.md").read_text()
+    assert "| 1 | 2 |" in doc and "- n" in doc
+    assert "`benchmarks/fake.py` | ok |" in doc
+    assert "`benchmarks/broken.py` | not run |" in doc
+
+
+def test_unknown_suite_is_an_error(checkout):
+    with pytest.raises(SystemExit):
+        main(["--suite", "nope"])
+
+
+def test_render_suite_states_command_machine_and_metric():
+    doc = {
+        "command": "python benchmarks/x.py",
+        "machine": {"cpu": "CPU", "cores": 2, "torch_threads": 1, "torch": "2.13", "python": "3"},
+        "metric": "cpu",
+        "quick": False,
+        "tables": [Table("t", ["a"], [["1"]]).to_json()],
+    }
+    text = render_suite(doc)
+    assert "`python benchmarks/x.py`" in text and "CPU, 2 cores, torch 2.13 on 1 thread" in text
+    assert "**t**" in text and "| 1 |" in text
+
+
+def test_replace_section_reports_missing_markers():
+    assert replace_section("no markers", "ops", "x") == ("no markers", False)
+
+
+def test_compare_times_every_variant_round_robin():
+    calls = []
+    times = compare({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeat=3)
+    assert calls == ["a", "b"] + ["a", "b"] * 3  # warm-up, then rounds
+    assert all(len(t.wall) == 3 and t.median("cpu") >= 0 for t in times.values())
+
+
+def test_peak_memory_sees_a_large_allocation():
+    import torch
+
+    size = peak_memory(lambda: torch.ones(64 << 20, dtype=torch.uint8))
+    if size is None:
+        pytest.skip("no /proc/self/clear_refs here")
+    assert size >= 32 << 20
+
+
+def test_lognormal_lengths_sum_exactly_and_hit_the_skew():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from ops import lognormal_lengths
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    lengths = lognormal_lengths(512, 1 << 16, max_over_mean=7.65)
+    assert sum(lengths) == 1 << 16 and min(lengths) >= 1
+    assert math.isclose(max(lengths) * 512 / (1 << 16), 7.65, rel_tol=0.01)
+    assert len(set(lognormal_lengths(64, 64 * 5, max_over_mean=1.0))) == 1
+
+
+def test_ops_suite_quick_smoke(tmp_path):
+    out = tmp_path / "ops.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/ops.py", "--quick", "--ops", "sum,nosuchop", "--json", out],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    main_table, overhead, detail = doc["tables"]
+    assert main_table["rows"][0][0] == "sum"
+    assert any("nosuchop" in note and "skipped" in note for note in main_table["notes"])
+    assert {row[2] for row in detail["rows"]} >= {"ragged", "padded", "index_add_"}
+    assert all(row[-1] == "ok" for row in detail["rows"] if row[2] in ("ragged", "index_add_"))
+    assert len(overhead["rows"]) == 3
+    assert doc["command"] == "python benchmarks/ops.py --quick --ops sum,nosuchop"
+
+
+def test_plots_are_drawn(tmp_path):
+    pytest.importorskip("matplotlib")
+    from ragged.bench._plots import plot_all
+
+    machine = {"cpu": "X", "cores": 1, "torch_threads": 1, "torch": "0", "python": "3"}
+    base = {"command": "c", "machine": machine, "metric": "cpu"}
+    results = {
+        "ops": {
+            **base,
+            "plots": {
+                "speedup": {
+                    "sum": {"fwd padded": 9.0, "fwd torch": 1.1, "fwd+bwd padded": 5.0},
+                    "max": {"fwd padded": 3.0, "fwd torch": 0.8, "fwd+bwd torch": math.nan},
+                }
+            },
+        },
+        "skew": {
+            **base,
+            "plots": {
+                "skew": [
+                    {
+                        "max_over_mean": m,
+                        "ragged_ms": 1.0,
+                        "padded_ms": m,
+                        "ragged_mb": 1.0,
+                        "padded_mb": 2 * m,
+                    }
+                    for m in (1.0, 2.0, 4.0)
+                ]
+            },
+        },
+        "func": {
+            **base,
+            "plots": {
+                "vmap": {
+                    "ragged.vmap": {"fwd": 4.0, "fwd+bwd": 5.0},
+                    "loop": {"fwd": 1.0, "fwd+bwd": 1.0},
+                },
+                "compile": {"B=2, rows=9": {"fwd": 2.0, "fwd+bwd": 1.5}},
+            },
+        },
+    }
+    written = plot_all(results, tmp_path)
+    assert sorted(p.name for p in written) == ["func.png", "ops_speedup.png", "skew.png"]
+    assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_module_entry_point_help():
+    proc = subprocess.run(
+        [sys.executable, "-m", "ragged.bench", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "--quick" in proc.stdout
