@@ -31,3 +31,10 @@ def _skip_optional_doctests(request):
         and importlib.util.find_spec("danling") is None
     ):
         pytest.skip("danling is not installed (pip install torch-ragged[danling])")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Drop compiled code while pytest still handles the "Exception ignored" that Dynamo's weakref
+    # cleanup raises in torch 2.13 (filtered in pyproject.toml); at interpreter exit it would be
+    # printed to stderr instead.
+    torch._dynamo.reset()

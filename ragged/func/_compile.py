@@ -20,6 +20,11 @@ def dynamic_shapes() -> Iterator[None]:
     graph serves every batch. Wrap the *calls* of the compiled function: Dynamo compiles (and
     recompiles) at call time.
 
+    Inductor's on-disk FX-graph and autograd caches are also off inside the context: in torch
+    2.13 their keys ignore these settings, and a training graph cached by one process for feature
+    size 16 was reused by another for size 64 (an ``assert_size_stride`` failure). Compiling
+    without the cache costs compile time only.
+
     >>> import ragged, torch
     >>> f = torch.compile(lambda x: ragged.sum(x, 1), dynamic=True, backend="eager")
     >>> with ragged.dynamic_shapes():
@@ -27,5 +32,12 @@ def dynamic_shapes() -> Iterator[None]:
     >>> [o.tolist() for o in outs]
     [[[3.0, 3.0, 3.0, 3.0]], [[1.0, 1.0, 1.0, 1.0]], [[0.0, 0.0, 0.0, 0.0]]]
     """
-    with fx_config.patch(backed_size_oblivious=True, use_duck_shape=False):  # type: ignore[attr-defined]
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with (
+        fx_config.patch(backed_size_oblivious=True, use_duck_shape=False),  # type: ignore[attr-defined]
+        inductor_config.patch(fx_graph_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
+    ):
         yield
