@@ -14,7 +14,7 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._errors import type_error
 from ._reduce import Axis, _float_only, reduce
-from ._segment import Segments, gather, segment_amax, segment_amin, segment_sum
+from ._segment import Segments, gather, segment_amax, segment_amin, segment_logsumexp, segment_sum
 
 __all__ = ["logsumexp", "norm", "std", "var"]
 
@@ -31,18 +31,13 @@ def logsumexp(
     func = "ragged.logsumexp"
     _float_only(func, x)
 
-    def segment_fn(v: Tensor, s: Segments) -> Tensor:
-        peak = segment_amax(v.detach(), s, 0.0)
-        peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-        return segment_sum((v - gather(peak, s)).exp(), s).log() + peak
-
     return reduce(
         func,
         x,
         axis,
         keepdims,
         fill_value,
-        segment_fn=segment_fn,
+        segment_fn=segment_logsumexp,
         dense_fn=lambda v, d, k: torch.logsumexp(v, d, keepdim=k),
         empty=float("-inf"),
     )
