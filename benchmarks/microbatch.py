@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from ragged.bench._report import Table, write_result
 from ragged.data import MicrobatchCost, plan_cost, plan_microbatches
 
 
@@ -55,8 +56,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=512, help="samples in the global batch")
     parser.add_argument("--max-tokens", type=int, default=16384, help="token cap per micro-batch")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="a 128-sample batch")
+    parser.add_argument("--json", help="write the result document here")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    n = 128 if args.quick else args.n
     gen = torch.Generator().manual_seed(args.seed)
     # a: per token; b: attention (per squared token, ~1/(12 d) for width d = 1024 relative to
     # the linear layers); c: fixed cost of a micro-batch, in tokens.
@@ -64,11 +68,11 @@ def main() -> None:
         "padded": MicrobatchCost(a=1.0, b=1 / 12288, c=2048.0, padded=True),
         "packed": MicrobatchCost(a=1.0, b=1 / 12288, c=2048.0),
     }
-    print(f"global batch of {args.n} samples, cap {args.max_tokens} tokens per micro-batch")
-    print(
-        f"{'lengths':<26}{'cost model':<12}{'planner':<20}{'total cost':>14}{'micro-batches':>15}{'plan ms':>9}"
+    table = Table(
+        f"Micro-batch plans: {n} samples, cap {args.max_tokens} tokens per micro-batch",
+        ["lengths", "cost model", "planner", "total cost", "micro-batches", "plan ms", "vs DP"],
     )
-    for name, lengths in distributions(args.n, gen).items():
+    for name, lengths in distributions(n, gen).items():
         arrival = list(range(len(lengths)))
         by_length = sorted(arrival, key=lengths.__getitem__)
         for model_name, cost in models.items():
@@ -83,12 +87,25 @@ def main() -> None:
             best = plan_cost(lengths, dp, cost)
             for label, plan, ms in rows:
                 total = plan_cost(lengths, plan, cost)
-                ratio = f" ({total / best:.2f}x)" if plan is not dp else ""
-                timing = f"{ms:9.1f}" if ms is not None else f"{'':9}"
-                print(
-                    f"{name:<26}{model_name:<12}{label:<20}{total:>14,.0f}{len(plan):>15}{timing}{ratio}"
+                table.rows.append(
+                    [
+                        name,
+                        model_name,
+                        label,
+                        f"{total:,.0f}",
+                        str(len(plan)),
+                        "" if ms is None else f"{ms:.1f}",
+                        "1.00x" if plan is dp else f"{total / best:.2f}x",
+                    ]
                 )
-        print()
+    table.notes.append(
+        "Cost per micro-batch: padded n * (a * max L + b * max L^2) + c, packed "
+        "a * sum L + b * sum L^2 + c, with a = 1, b = 1/12288, c = 2048 (in tokens). Lower is "
+        "better; 'vs DP' is the plan's cost over the DP plan's."
+    )
+    print(table.text())
+    if args.json:
+        write_result(args.json, "microbatch", [table], quick=args.quick, metric="cost")
 
 
 if __name__ == "__main__":
