@@ -32,8 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ragged
 from ragged.bench import Table, compare, write_result
-from ragged.ops._reduce import ragged_segments
-from ragged.ops._segment import segment_softmax
 
 # --- 1. vmap over segments --------------------------------------------------------------------
 
@@ -134,17 +132,9 @@ def bench_vmap(
 # --- 2. compile -------------------------------------------------------------------------------
 
 
-def softmax_over_segments(x: ragged.RaggedArray) -> ragged.RaggedArray:
-    fn = getattr(ragged, "softmax", None)
-    if fn is not None:
-        return fn(x, axis=1)
-    # ragged.softmax is not on this branch yet: the segment kernel it will use.
-    return x.with_values(segment_softmax(x.values, ragged_segments(x)))
-
-
 def pipeline(x: ragged.RaggedArray, q: Tensor) -> Tensor:
     """Attention pooling: weights softmax_L(x @ q), then the weighted sum over the ragged axis."""
-    weights = softmax_over_segments(x.with_values(x.values @ q))
+    weights = ragged.softmax(x.with_values(x.values @ q), axis=1)
     return ragged.sum(x * weights.with_values(weights.values[:, None]), axis=1)
 
 
@@ -236,11 +226,6 @@ def _bench_compile(
         f"Target compiled >= 2x eager (forward, largest batch): {speedup:.2f}x, "
         f"{'met' if speedup >= 2 else 'missed'}.",
     ]
-    if getattr(ragged, "softmax", None) is None:
-        table.notes.append(
-            "ragged.softmax is not on this branch: the pipeline calls its kernel "
-            "ragged.ops._segment.segment_softmax."
-        )
     return table, plot
 
 

@@ -42,6 +42,19 @@ parser.parse_args()
 raise SystemExit("boom")
 """
 
+IMPORT_ERROR_SUITE = """
+import no_such_module_for_the_runner_test
+"""
+
+MALFORMED_SUITE = """
+import argparse, json
+parser = argparse.ArgumentParser()
+parser.add_argument("--json")
+parser.add_argument("--quick", action="store_true")
+args = parser.parse_args()
+open(args.json, "w").write(json.dumps({"rows": [1, 2]}))
+"""
+
 DOC = """# Benchmarks
 <!-- bench:suites:start -->
 old
@@ -54,13 +67,15 @@ old
 
 @pytest.fixture
 def checkout(tmp_path, monkeypatch):
-    """A fake checkout: benchmarks/ with three scripts, docs/benchmarks.md with markers."""
+    """A fake checkout: benchmarks/ with five scripts, docs/benchmarks.md with markers."""
     bench = tmp_path / "benchmarks"
     bench.mkdir()
     (tmp_path / "ragged").mkdir()  # marks the checkout root; not imported (no __init__)
     (bench / "fake.py").write_text(FAKE_SUITE)
     (bench / "plain.py").write_text(NO_JSON_SUITE)
     (bench / "broken.py").write_text(FAILING_SUITE)
+    (bench / "crashing.py").write_text(IMPORT_ERROR_SUITE)
+    (bench / "malformed.py").write_text(MALFORMED_SUITE)
     (bench / "_helper.py").write_text("")
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "benchmarks.md").write_text(DOC)
@@ -84,6 +99,10 @@ def test_runner_runs_suites_records_skips_and_failures_and_updates_docs(checkout
     assert "| 1 | 2 |" in doc and "Command: `python benchmarks/fake.py`" in doc
     assert "`benchmarks/plain.py` | skipped: does not accept --json" in doc
     assert "`benchmarks/broken.py` | failed: exit 1: boom" in doc
+    # A script that cannot start is broken, not "without --json"; a result that is not a
+    # result document fails instead of crashing the report.
+    assert "`benchmarks/crashing.py` | failed: --help failed: exit 1: ModuleNotFoundError" in doc
+    assert "`benchmarks/malformed.py` | failed: result document lacks suite" in doc
     assert "old" not in doc
 
 
@@ -230,3 +249,15 @@ def test_module_entry_point_help():
         timeout=120,
     )
     assert proc.returncode == 0 and "--quick" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "script", sorted((ROOT / "benchmarks").glob("[!_]*.py")), ids=lambda p: p.stem
+)
+def test_every_suite_starts_and_writes_result_documents(script):
+    """Each real suite imports cleanly and offers ``--json`` (the runner's contract)."""
+    proc = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--json" in proc.stdout and "--quick" in proc.stdout

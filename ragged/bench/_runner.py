@@ -57,20 +57,44 @@ def _env(root: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def supports_json(suite: Suite, root: Path, timeout: float = 120.0) -> bool:
-    """Whether the script's ``--help`` offers a ``--json`` flag."""
+def _help(suite: Suite, root: Path, timeout: float) -> subprocess.CompletedProcess[str] | None:
     try:
-        help_text = subprocess.run(
+        return subprocess.run(
             [sys.executable, str(suite.path), "--help"],
             capture_output=True,
             text=True,
             timeout=timeout,
             env=_env(root),
             cwd=root,
-        ).stdout
+        )
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "--json" in help_text
+        return None
+
+
+def _last_line(proc: subprocess.CompletedProcess[str]) -> str:
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    return f"exit {proc.returncode}: {tail[0][:200]}"
+
+
+def supports_json(suite: Suite, root: Path, timeout: float = 120.0) -> bool:
+    """Whether the script's ``--help`` runs and offers a ``--json`` flag."""
+    proc = _help(suite, root, timeout)
+    return proc is not None and proc.returncode == 0 and "--json" in proc.stdout
+
+
+def _result_problem(result: Any) -> str:
+    """Why a suite's JSON is not a result document (see ``_report``), or ``""``."""
+    if not isinstance(result, dict):
+        return f"result is a {type(result).__name__}, not an object"
+    missing = [k for k in ("suite", "command", "machine", "metric", "tables") if k not in result]
+    if missing:
+        return f"result document lacks {', '.join(missing)} (write it with write_result)"
+    tables = result["tables"]
+    if not isinstance(tables, list) or not all(
+        isinstance(t, dict) and {"title", "columns", "rows"} <= t.keys() for t in tables
+    ):
+        return "result tables are not a list of {title, columns, rows} objects"
+    return ""
 
 
 def run_suite(
@@ -79,7 +103,13 @@ def run_suite(
     """Run one suite in a subprocess with ``--json``; fills in its status and result."""
     if suite.status == "skipped":
         return suite
-    if not supports_json(suite, root):
+    helped = _help(suite, root, 120.0)
+    if helped is None or helped.returncode != 0:
+        # A script that cannot even print its usage is broken, not optional.
+        reason = "timed out or could not start" if helped is None else _last_line(helped)
+        suite.status, suite.reason = "failed", f"--help failed: {reason}"
+        return suite
+    if "--json" not in helped.stdout:
         suite.status, suite.reason = "skipped", "does not accept --json"
         return suite
     results.mkdir(parents=True, exist_ok=True)
@@ -100,10 +130,18 @@ def run_suite(
         log.mkdir(parents=True, exist_ok=True)
         (log / f"{suite.name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0 or not out.exists():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        suite.status, suite.reason = "failed", f"exit {proc.returncode}: {tail[0][:200]}"
+        suite.status, suite.reason = "failed", _last_line(proc)
         return suite
-    suite.status, suite.result = "ok", json.loads(out.read_text())
+    try:
+        result = json.loads(out.read_text())
+    except json.JSONDecodeError as error:
+        suite.status, suite.reason = "failed", f"{out.name} is not JSON: {error}"
+        return suite
+    problem = _result_problem(result)
+    if problem:
+        suite.status, suite.reason = "failed", problem
+        return suite
+    suite.status, suite.result = "ok", result
     return suite
 
 
