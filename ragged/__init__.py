@@ -39,6 +39,7 @@ from .interop import to_danling as to_danling
 from .interop import to_hf as to_hf
 from .interop import to_packed_sequence as to_packed_sequence
 from .interop import to_pyg as to_pyg
+from .ops import _attention as _ops_attention
 from .ops import _combine as _ops_combine
 from .ops import _elementwise as _ops_elementwise
 from .ops import _index as _ops_index
@@ -46,6 +47,7 @@ from .ops import _linalg as _ops_linalg
 from .ops import _reduce as _ops_reduce
 from .ops import _sample as _ops_sample
 from .ops import _sort as _ops_sort
+from .ops._attention import *  # noqa: F403
 from .ops._combine import *  # noqa: F403
 from .ops._elementwise import *  # noqa: F403
 from .ops._index import *  # noqa: F403
@@ -84,6 +86,7 @@ __all__ = [
     "to_pyg",
     "unbind",
 ]
+__all__ += _ops_attention.__all__
 __all__ += _ops_combine.__all__
 __all__ += _ops_elementwise.__all__
 __all__ += _ops_index.__all__

@@ -1,0 +1,583 @@
+"""Variable-length attention in eager mode: segments grouped into length buckets.
+
+Segments of equal or near-equal length form a *bucket*; each bucket is one call of torch's CPU
+flash-attention kernel on ``[n, H, L, D]`` (the kernel behind
+``F.scaled_dot_product_attention``). Lengths in a bucket are padded to the longest: padded keys
+are masked with ``-inf`` and padded query rows dropped, so the result is exact. A bucket of
+one segment, or of segments that lie back to back in ``values``, reads its rows as a view (no
+copy).
+
+How much padding a bucket may hold is a cost model: merging a segment into a bucket saves one
+kernel call (a fixed overhead, :data:`CALL_COST` in units of "pairs x head width") and costs its
+padded pairs. Short sequences merge; long ones of different lengths stay apart.
+
+Planning needs the lengths on the host: they are read once per partition *level* (partitions
+are immutable; the plan is cached per level object, weakly), so a model with many attention
+layers over one batch reads them once. The plan's index tensors are built in a short-lived
+helper thread: tensors created inside a ``torch.func`` transform belong to that transform
+(functorch wraps them), so a plan first built under ``hessian`` would otherwise leak wrapped
+tensors into later calls; the transform stack (like ``inference_mode``) is thread-local.
+
+The kernel is an ``autograd.Function``:
+
+* ``backward`` calls torch's flash backward kernel for long buckets; for short ones (where it is
+  faster), for a bias that needs a gradient (the kernel does not return one), and for other
+  head widths of ``v``, it recomputes the bucket's probabilities from the saved log-sum-exp
+  with batched matmuls. Results go into buffers made from the incoming gradient, so it runs
+  batched too (``vmap`` over cotangents; the flash kernel then runs through vmap's slow
+  fallback, with torch's performance warning). When a graph of the gradient is being built
+  (double backward), the matmul formulas run out of place with a differentiable softmax.
+* ``jvp`` (forward-mode AD): ``dS = scale (dq k^T + q dk^T) + dbias``,
+  ``dP = P (dS - rowsum(P dS))``, ``dO = dP v + P dv``, bucket by bucket.
+* ``vmap`` folds the vmapped dimension into the heads: ``V`` attention problems with ``H`` heads
+  are one problem with ``V * H`` heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+
+from .._partition import RowPartition
+
+# Fixed cost of one bucket (gathers, mask, kernel call, Python), in pairs x head width: a
+# segment joins a bucket when the padded pairs it adds, times H * D, stay below this.
+CALL_COST = 100 * 256
+COMPOSITE_BLOCK = 32  # block size of the composite path in eager mode (dropout)
+
+# Buckets with at least this many query rows use torch's flash backward kernel (faster for long
+# segments, slower for short ones than batched matmuls, measured here).
+FLASH_BACKWARD_MIN = 64
+
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+_HOST: weakref.WeakKeyDictionary[RowPartition, list[int]] = weakref.WeakKeyDictionary()
+_PerKey = weakref.WeakKeyDictionary[RowPartition, dict[int, "Plan"]]
+_PLANS: weakref.WeakKeyDictionary[RowPartition, _PerKey] = weakref.WeakKeyDictionary()
+_T = TypeVar("_T")
+Rows = Tensor | tuple[int, int]  # an index tensor, or a (start, stop) range of rows
+
+
+def host_lengths(level: RowPartition) -> list[int]:
+    """The lengths of ``level`` as a host list: read from the device once per level object."""
+    found = _HOST.get(level)
+    if found is None:
+        found = _HOST[level] = level.lengths.tolist()
+    return found
+
+
+def _outside_transforms(build: Callable[[], _T]) -> _T:
+    """Run ``build`` in a helper thread: the tensors it creates are plain (see the module doc)."""
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append((True, build()))
+        except BaseException as error:  # re-raised in the caller's thread
+            result.append((False, error))
+
+    thread = threading.Thread(target=run, name="ragged-attention-plan")
+    thread.start()
+    thread.join()
+    ok, value = result[0]
+    if not ok:
+        raise value
+    return value
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(eq=False)
+class Bucket:
+    """``n`` segments padded to ``q_len`` query rows and ``k_len`` keys.
+
+    Attributes:
+        segments: the segment ids, int64 ``[n]`` (ascending).
+        q_read, k_read: the rows to read, ``[n * len]`` (clamped into the segment where
+            padded), or a range when the segments lie back to back unpadded.
+        q_dest, k_dest: the row of every slot, ``[n, len]``, with padded slots sent to a dump
+            row (the total number of rows); or the same range as the read when unpadded and
+            back to back.
+        q_keep: bool ``[n, 1, q_len, 1]``, the real query slots (``None``: all are real).
+        q_real, q_real_dest: for a padded bucket, the positions of the real query slots in
+            ``[n * q_len]`` and their rows (the forward writes only real rows).
+        key_keep: bool ``[n, 1, 1, k_len]``, the real key slots (``None``: all are real).
+        pairs, pair_dest: bias index and destination of every (query, key) slot,
+            ``[n, q_len, k_len]`` (built on first use with a bias).
+    """
+
+    n: int
+    q_len: int
+    k_len: int
+    segments: Tensor
+    q_read: Rows
+    k_read: Rows
+    q_dest: Rows
+    k_dest: Rows
+    q_keep: Tensor | None
+    q_real: Tensor | None
+    q_real_dest: Tensor | None
+    key_keep: Tensor | None
+    pairs: Tensor | None = None
+    pair_dest: Tensor | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class Plan:
+    """The buckets of one (query level, key level) pair and the host facts they came from."""
+
+    buckets: list[Bucket]
+    q_lengths: Tensor  # int64 [B] on the host
+    k_lengths: Tensor
+    pair_offsets: Tensor  # int64 [B + 1] on the host
+    host_q: list[int]
+    host_k: list[int]
+    idle_q: bool  # some query rows have no keys (their output and gradient are 0)
+    idle_k: bool  # some key rows have no queries (their gradients are 0)
+    device: torch.device
+
+
+def plan(q_level: RowPartition, k_level: RowPartition, head_numel: int) -> Plan:
+    """The bucket plan for attention of ``q_level``'s segments over ``k_level``'s (cached)."""
+    per_q = _PLANS.get(q_level)
+    if per_q is None:
+        per_q = _PLANS[q_level] = weakref.WeakKeyDictionary()
+    per_k: dict[int, Plan] | None = per_q.get(k_level)
+    if per_k is None:
+        per_k = per_q[k_level] = {}
+    found = per_k.get(head_numel)
+    if found is None:
+        lq = host_lengths(q_level)
+        lk = lq if k_level is q_level else host_lengths(k_level)
+        device = q_level.lengths.device
+        found = _outside_transforms(lambda: _build_plan(lq, lk, head_numel, device))
+        per_k[head_numel] = found
+    return found
+
+
+def _groups(lq: list[int], lk: list[int], head_numel: int) -> list[list[int]]:
+    """Greedy buckets in order of decreasing pairs: a segment joins the current bucket while
+    the padded pairs per merged segment stay below the cost of a call."""
+    budget = CALL_COST / max(1, head_numel)
+    order = sorted((b for b in range(len(lq)) if lq[b] and lk[b]), key=lambda b: -lq[b] * lk[b])
+    groups: list[list[int]] = []
+    current: list[int] = []
+    top_q = top_k = area = 0
+    for b in order:
+        new_q, new_k = max(top_q, lq[b]), max(top_k, lk[b])
+        count = len(current) + 1
+        if current and count * new_q * new_k - area - lq[b] * lk[b] > budget * (count - 1):
+            groups.append(sorted(current))
+            current, new_q, new_k, area = [], lq[b], lk[b], 0
+        current.append(b)
+        top_q, top_k, area = new_q, new_k, area + lq[b] * lk[b]
+    if current:
+        groups.append(sorted(current))
+    return groups
+
+
+def _offsets(lengths: Tensor) -> Tensor:
+    return torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
+
+
+def _build_plan(lq: list[int], lk: list[int], head_numel: int, device: torch.device) -> Plan:
+    q_lengths = torch.tensor(lq, dtype=torch.int64)
+    k_lengths = torch.tensor(lk, dtype=torch.int64)
+    q_offsets, k_offsets = _offsets(q_lengths), _offsets(k_lengths)
+    buckets = []
+    for group in _groups(lq, lk, head_numel):
+        segments = torch.tensor(group, dtype=torch.int64)
+        q_len, k_len = max(lq[b] for b in group), max(lk[b] for b in group)
+        q_read, q_dest, q_keep = _slots(segments, q_lengths, q_offsets, q_len)
+        k_read, k_dest, k_keep = _slots(segments, k_lengths, k_offsets, k_len)
+        n = len(group)
+        q_real = q_real_dest = None
+        if q_keep is not None:
+            q_real = q_keep.view(-1).nonzero().view(-1).to(device)
+            q_real_dest = torch.masked_select(torch.as_tensor(q_dest), q_keep).to(device)
+        buckets.append(
+            Bucket(
+                n,
+                q_len,
+                k_len,
+                segments.to(device),
+                _move(q_read, device),
+                _move(k_read, device),
+                _move(q_dest, device),
+                _move(k_dest, device),
+                None if q_keep is None else q_keep.view(n, 1, q_len, 1).to(device),
+                q_real,
+                q_real_dest,
+                None if k_keep is None else k_keep.view(n, 1, 1, k_len).to(device),
+            )
+        )
+    return Plan(
+        buckets,
+        q_lengths,
+        k_lengths,
+        _offsets(q_lengths * k_lengths),
+        lq,
+        lk,
+        any(a and not c for a, c in zip(lq, lk, strict=True)),
+        any(c and not a for a, c in zip(lq, lk, strict=True)),
+        device,
+    )
+
+
+def _move(rows: Rows, device: torch.device) -> Rows:
+    return rows if isinstance(rows, tuple) else rows.to(device)
+
+
+def _slots(
+    segments: Tensor, lengths: Tensor, offsets: Tensor, size: int
+) -> tuple[Rows, Rows, Tensor | None]:
+    """For a bucket's segments padded to ``size``: the rows to read, the destination of every
+    slot, and which slots are real (``None`` when all are)."""
+    n = segments.shape[0]
+    total = int(offsets[-1])
+    position = torch.arange(size)
+    lengths_b = lengths[segments].unsqueeze(1)
+    starts = offsets[segments].unsqueeze(1)
+    keep = position < lengths_b
+    slots = starts + position
+    if bool(keep.all()):
+        first = int(starts[0])
+        if bool((slots.view(-1) == first + torch.arange(n * size)).all()):
+            return (first, first + n * size), (first, first + n * size), None
+        return slots.view(-1), slots, None
+    read = starts + torch.minimum(position, lengths_b - 1)
+    return read.view(-1), torch.where(keep, slots, total), keep
+
+
+def _pairs(bucket: Bucket, p: Plan) -> tuple[Tensor, Tensor]:
+    """The bias index (clamped) and destination (dump row when padded) of every slot."""
+    if bucket.pairs is None or bucket.pair_dest is None:
+        bucket.pairs, bucket.pair_dest = _outside_transforms(lambda: _build_pairs(bucket, p))
+    return bucket.pairs, bucket.pair_dest
+
+
+def _build_pairs(bucket: Bucket, p: Plan) -> tuple[Tensor, Tensor]:
+    segments = bucket.segments.cpu()
+    nq = p.q_lengths[segments].view(-1, 1, 1)
+    nk = p.k_lengths[segments].view(-1, 1, 1)
+    start = p.pair_offsets[segments].view(-1, 1, 1)
+    i = torch.arange(bucket.q_len).view(1, -1, 1)
+    j = torch.arange(bucket.k_len).view(1, 1, -1)
+    pairs = start + torch.minimum(i, nq - 1) * nk + torch.minimum(j, nk - 1)
+    dest = torch.where((i < nq) & (j < nk), start + i * nk + j, p.pair_offsets[-1])
+    return pairs.to(p.device), dest.to(p.device)
+
+
+# --- bucket helpers ---------------------------------------------------------------------------
+
+
+def _read(x: Tensor, rows: Rows, n: int, size: int) -> Tensor:
+    """A bucket's rows of ``x`` (``[T, H, D]``) as ``[n, H, size, D]``."""
+    block = x[rows[0] : rows[1]] if isinstance(rows, tuple) else x.index_select(0, rows)
+    return block.view(n, size, *x.shape[1:]).transpose(1, 2)
+
+
+def _write(buffer: Tensor, dest: Rows, part: Tensor) -> None:
+    """Write a bucket's ``[n, H, size, D]`` result rows into ``buffer`` (``[T + 1, H, D]``; row
+    ``T`` is a dump for padded slots)."""
+    rows = part.transpose(1, 2)  # [n, size, H, D]
+    if isinstance(dest, tuple):
+        buffer[dest[0] : dest[1]].view_as(rows).copy_(rows)
+    else:
+        buffer.index_put_((dest,), rows)
+
+
+def _buffer(sources: tuple[Tensor | None, ...], rows: int, tail: Any, like: Tensor) -> Tensor:
+    """Zeros ``[rows + 1, *tail]`` (the last row is a dump) of ``like``'s dtype and device,
+    batched under ``vmap`` when any source is: made from an empty slice of the sources rather
+    than by a factory. The result is returned as the view ``[:rows]``."""
+    anchor = None
+    for source in sources:
+        if source is not None:
+            zero = source.reshape(-1)[:0].sum()
+            anchor = zero if anchor is None else anchor + zero
+    if anchor is None:
+        return like.new_zeros((rows + 1, *tail))
+    return anchor.to(like.dtype).expand(rows + 1, *tail).contiguous()
+
+
+def _mask(
+    bucket: Bucket, bias: Tensor | None, p: Plan, dtype: torch.dtype, causal: bool
+) -> Tensor | None:
+    """The additive mask of a bucket: the bias (``[n, H, q_len, k_len]``) plus ``-inf`` at padded
+    keys; ``None`` when there is neither. With ``causal`` (self-attention) padded keys need no
+    mask: they come after every real query row."""
+    mask = None if bias is None else _bias_block(bucket, bias, p)
+    if bucket.key_keep is not None and not causal:
+        pad = torch.zeros(bucket.key_keep.shape, dtype=dtype, device=bucket.key_keep.device)
+        pad = pad.masked_fill_(~bucket.key_keep, float("-inf"))
+        mask = pad if mask is None else mask + pad
+    return mask
+
+
+def _bias_block(bucket: Bucket, bias: Tensor, p: Plan) -> Tensor:
+    """A bucket's block of the pair bias ``[pairs, H]`` as ``[n, H, q_len, k_len]``."""
+    block = bias.index_select(0, _pairs(bucket, p)[0].view(-1))
+    return block.view(bucket.n, bucket.q_len, bucket.k_len, -1).permute(0, 3, 1, 2)
+
+
+def _scores(
+    qb: Tensor, kb: Tensor, mask: Tensor | None, scale: float, causal: bool, inplace: bool = True
+) -> Tensor:
+    """Masked scores ``[n, H, q_len, k_len]`` (out of place when a graph is recorded)."""
+    scores = torch.matmul(qb, kb.transpose(-1, -2))
+    above = None
+    if causal:
+        shape = scores.shape[-2:]
+        above = torch.ones(shape, dtype=torch.bool, device=scores.device).triu_(1)
+    if not inplace:
+        scores = scores * scale
+        if mask is not None:
+            scores = scores + mask
+        return scores if above is None else scores.masked_fill(above, float("-inf"))
+    scores.mul_(scale)
+    if mask is not None:
+        scores.add_(mask)
+    return scores if above is None else scores.masked_fill_(above, float("-inf"))
+
+
+def _forward_bucket(
+    qb: Tensor, kb: Tensor, vb: Tensor, mask: Tensor | None, scale: float, causal: bool
+) -> tuple[Tensor, Tensor]:
+    """Output ``[n, H, q_len, Dv]`` and log-sum-exp ``[n, H, q_len]`` of one bucket."""
+    if qb.shape[-1] == vb.shape[-1] and qb.device.type == "cpu":
+        return _flash(qb, kb, vb, 0.0, causal, attn_mask=mask, scale=scale)
+    scores = _scores(qb, kb, mask, scale, causal)
+    lse = torch.logsumexp(scores, -1)
+    weights = scores.sub_(lse.unsqueeze(-1)).exp_()
+    return torch.matmul(weights, vb), lse.to(lse_dtype(qb.dtype))
+
+
+def lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the log-sum-exp the flash kernel returns for inputs of ``dtype``."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _unit_stride(x: Tensor) -> Tensor:
+    """``x`` with a unit stride on its last axis (the flash kernel needs it; a copy if not)."""
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+# --- the kernel -------------------------------------------------------------------------------
+
+
+def bucketed_attention(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, p: Plan, scale: float, causal: bool
+) -> Tensor:
+    """Attention of ``q`` ``[Tq, H, D]`` over ``k``/``v`` ``[Tk, H, D(v)]`` by the plan ``p``."""
+    out, _ = _BucketedAttention.apply(q, k, v, bias, p, scale, causal)
+    return out
+
+
+class _BucketedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, p: Plan, scale: float, causal: bool
+    ) -> tuple[Tensor, Tensor]:
+        q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
+        heads = q.shape[1]
+        make = q.new_zeros if p.idle_q else q.new_empty
+        out = make((q.shape[0], heads, v.shape[-1]))
+        lses = []
+        for bucket in p.buckets:
+            qb = _read(q, bucket.q_read, bucket.n, bucket.q_len)
+            kb = _read(k, bucket.k_read, bucket.n, bucket.k_len)
+            vb = _read(v, bucket.k_read, bucket.n, bucket.k_len)
+            mask = _mask(bucket, bias, p, q.dtype, causal)
+            ob, lse = _forward_bucket(qb, kb, vb, mask, scale, causal)
+            if bucket.q_real is None or bucket.q_real_dest is None:
+                _write(out, bucket.q_dest, ob)
+            else:  # only the real rows: `out` has no dump row (it is returned as is)
+                rows = ob.transpose(1, 2).reshape(-1, heads, ob.shape[-1])
+                out.index_copy_(0, bucket.q_real_dest, rows.index_select(0, bucket.q_real))
+            lses.append(lse.transpose(1, 2).reshape(-1, heads))
+        if lses:
+            lse_all = torch.cat(lses) if len(lses) > 1 else lses[0]
+        else:
+            lse_all = q.new_empty((0, heads), dtype=lse_dtype(q.dtype))
+        return out, lse_all
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        q, k, v, bias, p, scale, causal = inputs
+        out, lse = output
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        ctx.save_for_forward(q, k, v, bias)
+        ctx.plan, ctx.scale, ctx.causal = p, scale, causal
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _grad_lse: Any) -> tuple[Any, ...]:
+        q, k, v, bias, out, lse = ctx.saved_tensors
+        need = ctx.needs_input_grad[:4]
+        grads = _vjp(ctx.plan, q, k, v, bias, out, lse, grad, ctx.scale, ctx.causal, need)
+        return (*(g if n else None for g, n in zip(grads, need, strict=True)), None, None, None)
+
+    @staticmethod
+    def jvp(ctx: Any, dq: Any, dk: Any, dv: Any, dbias: Any, *_: Any) -> tuple[Tensor, None]:
+        q, k, v, bias = ctx.saved_tensors
+        tangent = _jvp(ctx.plan, q, k, v, bias, dq, dk, dv, dbias, ctx.scale, ctx.causal)
+        return tangent, None
+
+    @staticmethod
+    def vmap(info: Any, in_dims: Any, *args: Any) -> Any:
+        q, k, v, bias, p, scale, causal = args
+        size = info.batch_size
+
+        def fold(x: Tensor | None, dim: int | None) -> Tensor | None:
+            if x is None:
+                return None
+            if dim is None:
+                x = x.unsqueeze(1).expand(x.shape[0], size, *x.shape[1:])
+            else:
+                x = x.movedim(dim, 1)
+            return x.reshape(x.shape[0], -1, *x.shape[3:])  # [rows, V * H, ...]
+
+        q2, k2, v2 = (fold(x, d) for x, d in zip((q, k, v), in_dims[:3], strict=True))
+        b2 = fold(bias, in_dims[3])
+        out, lse = _BucketedAttention.apply(q2, k2, v2, b2, p, scale, causal)
+        out = out.view(out.shape[0], size, -1, out.shape[-1])
+        lse = lse.view(lse.shape[0], size, -1)
+        return (out, lse), (1, 1)
+
+
+def _vjp(
+    p: Plan,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    out: Tensor,
+    lse: Tensor,
+    grad: Tensor,
+    scale: float,
+    causal: bool,
+    need: tuple[bool, ...],
+) -> tuple[Tensor | None, ...]:
+    """Gradients bucket by bucket, with batched matmuls.
+
+    First order (no graph of the gradient): probabilities from the saved log-sum-exp, updated
+    in place in fresh temporaries. When a graph of the gradient is being built (double
+    backward), every step is out of place and the probabilities come from a differentiable
+    softmax (the saved log-sum-exp carries no gradient; the saved output does, through this
+    Function).
+    """
+    graph = torch.is_grad_enabled()
+    q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
+    heads, width, width_v = q.shape[1], q.shape[2], v.shape[2]
+    delta = None  # [Tq, H, 1]: rowsum(dO * O), for the matmul formulas
+    sources = (grad,)
+    dq = _buffer(sources, q.shape[0], (heads, width), q) if need[0] else None
+    dk = _buffer(sources, k.shape[0], (heads, width), q) if need[1] else None
+    dv = _buffer(sources, k.shape[0], (heads, width_v), q) if need[2] else None
+    dbias = None
+    if need[3] and bias is not None:
+        dbias = _buffer(sources, bias.shape[0], (heads,), q)
+    flash = not graph and not need[3] and width == width_v and q.device.type == "cpu"
+    start = 0
+    for bucket in p.buckets:
+        n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
+        qb = _read(q, bucket.q_read, n, q_len)
+        kb = _read(k, bucket.k_read, n, k_len)
+        vb = _read(v, bucket.k_read, n, k_len)
+        gb = _read(grad, bucket.q_read, n, q_len)
+        if bucket.q_keep is not None:  # padded query rows carry no gradient
+            gb = torch.where(bucket.q_keep, gb, 0.0)
+        count = n * q_len
+        lse_b = lse[start : start + count].view(n, q_len, heads).transpose(1, 2)
+        start += count
+        mask = _mask(bucket, bias, p, q.dtype, causal)
+        if flash and q_len >= FLASH_BACKWARD_MIN:
+            ob = _read(out, bucket.q_read, n, q_len)
+            dqb, dkb, dvb = _flash_backward(
+                gb, qb, kb, vb, ob, lse_b.contiguous(), 0.0, causal, attn_mask=mask, scale=scale
+            )
+            for buffer, dest, part in ((dq, bucket.q_dest, dqb), (dk, bucket.k_dest, dkb)):
+                if buffer is not None:
+                    _write(buffer, dest, part)
+            if dv is not None:
+                _write(dv, bucket.k_dest, dvb)
+            continue
+        # Batched matmuls want contiguous [n, H, L, D] operands: copy each once.
+        qb, kb, vb, gb = qb.contiguous(), kb.contiguous(), vb.contiguous(), gb.contiguous()
+        if delta is None:
+            delta = (grad * out).sum(-1, keepdim=True)
+        db = _read(delta, bucket.q_read, n, q_len)  # [n, H, q_len, 1]
+        if bucket.q_keep is not None:
+            db = torch.where(bucket.q_keep, db, 0.0)
+        scores = _scores(qb, kb, mask, scale, causal, inplace=not graph)
+        dweights = torch.matmul(gb, vb.transpose(-1, -2))
+        if graph:
+            weights = torch.softmax(scores, -1)
+            dscores = (dweights - db) * weights
+        else:
+            weights = scores.sub_(lse_b.unsqueeze(-1).to(scores.dtype)).exp_()
+            dscores = dweights.sub_(db).mul_(weights)
+        if dv is not None:
+            _write(dv, bucket.k_dest, torch.matmul(weights.transpose(-1, -2), gb))
+        if dq is not None:
+            _write(dq, bucket.q_dest, torch.matmul(dscores, kb) * scale)
+        if dk is not None:
+            _write(dk, bucket.k_dest, torch.matmul(dscores.transpose(-1, -2), qb) * scale)
+        if dbias is not None:
+            dbias.index_put_((_pairs(bucket, p)[1],), dscores.permute(0, 2, 3, 1))
+    return tuple(None if x is None else x[:-1] for x in (dq, dk, dv, dbias))
+
+
+def _jvp(
+    p: Plan,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    dq: Tensor | None,
+    dk: Tensor | None,
+    dv: Tensor | None,
+    dbias: Tensor | None,
+    scale: float,
+    causal: bool,
+) -> Tensor:
+    """The output tangent, bucket by bucket (tangents may be batched)."""
+    q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
+    out = _buffer((dq, dk, dv, dbias), q.shape[0], (q.shape[1], v.shape[2]), q)
+    for bucket in p.buckets:
+        n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
+        qb = _read(q, bucket.q_read, n, q_len)
+        kb = _read(k, bucket.k_read, n, k_len)
+        vb = _read(v, bucket.k_read, n, k_len)
+        mask = _mask(bucket, bias, p, q.dtype, causal)
+        weights = torch.softmax(_scores(qb, kb, mask, scale, causal, inplace=False), -1)
+        dscores = None
+        if dq is not None:
+            dscores = torch.matmul(_read(dq, bucket.q_read, n, q_len), kb.transpose(-1, -2))
+        if dk is not None:
+            term = torch.matmul(qb, _read(dk, bucket.k_read, n, k_len).transpose(-1, -2))
+            dscores = term if dscores is None else dscores + term
+        if dscores is not None:
+            dscores = dscores * scale
+        if dbias is not None:
+            term = _bias_block(bucket, dbias, p)
+            dscores = term if dscores is None else dscores + term
+        tangent = None
+        if dscores is not None:
+            dweights = weights * (dscores - (weights * dscores).sum(-1, keepdim=True))
+            tangent = torch.matmul(dweights, vb)
+        if dv is not None:
+            term = torch.matmul(weights, _read(dv, bucket.k_read, n, k_len))
+            tangent = term if tangent is None else tangent + term
+        if tangent is not None:
+            _write(out, bucket.q_dest, tangent)
+    return out[:-1]
