@@ -57,7 +57,7 @@ def attention(
     causal: bool = False,
     scale: float | None = None,
     bias: RaggedArray | None = None,
-    dropout_p: float = 0.0,
+    dropout_p: float | None = None,
 ) -> RaggedArray:
     """Scaled dot-product attention within each segment.
 
@@ -79,8 +79,9 @@ def attention(
             ``ragged.Partition.outer(q.partition.levels[0], k.partition.levels[0])`` whose
             values ``[sum_b Lq_b * Lk_b, H]`` hold each segment's ``Lq_b x Lk_b`` block
             row-major. Differentiable. Use ``-inf`` entries to mask pairs out.
-        dropout_p: dropout probability on the attention weights (use 0 in evaluation). A
-            positive value runs the composite path (slower than the eager kernel).
+        dropout_p: dropout probability on the attention weights; ``None`` or 0 for none (use
+            that in evaluation). A positive value runs the composite path (slower than the
+            eager kernel).
 
     Returns:
         ``(B, Lq*, H, Dv)`` with the partition object and axis names of ``q``. An empty
@@ -122,12 +123,16 @@ def attention(
             )
         same = True
     if scale is None:
-        scale = 1.0 / math.sqrt(q.values.shape[-1])
+        # int(): the head width is a model constant; a symbolic scale would make Dynamo
+        # restart its analysis to turn the float into a tensor.
+        scale = 1.0 / math.sqrt(int(q.values.shape[-1]))
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise type_error(_FUNC, "scale", "must be a float or None", typename(scale))
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise type_error(_FUNC, "dropout_p", "must be a float", typename(dropout_p))
-    if not 0.0 <= dropout_p < 1.0:
+    if dropout_p is None:
+        dropout_p = 0.0
+    elif isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise type_error(_FUNC, "dropout_p", "must be a float or None", typename(dropout_p))
+    elif not 0.0 <= dropout_p < 1.0:
         raise value_error(_FUNC, "dropout_p", "must be in [0, 1)", dropout_p)
     bias_values = None if bias is None else _check_bias(bias, q, k)
     scale = float(scale)
@@ -241,15 +246,11 @@ def _static_geometry(q: RaggedArray, k: RaggedArray, bias: Tensor | None, same: 
         pairs = q_level.sum_squares
     if pairs is not None:
         tiles = tile_bound(pairs, q_total, k_total, num, s)
-    elif k_level.max_length is not None or q_level.max_length is not None:
-        # sum_b ceil(Lq_b / s) * ceil(Lk_b / s) <= (query blocks) * ceil(max Lk / s), and the
-        # same with the roles swapped.
-        bounds = []
-        if k_level.max_length is not None:
-            bounds.append(q_blocks * ((k_level.max_length + s - 1) // s))
-        if q_level.max_length is not None:
-            bounds.append(k_blocks * ((q_level.max_length + s - 1) // s))
-        tiles = bounds[0] if len(bounds) == 1 else torch.sym_min(*bounds)
+    elif k_level.max_length is not None:
+        # sum_b ceil(Lq_b / s) * ceil(Lk_b / s) <= (query blocks) * ceil(max Lk / s)
+        tiles = q_blocks * ((k_level.max_length + s - 1) // s + 1)
+    elif q_level.max_length is not None:
+        tiles = k_blocks * ((q_level.max_length + s - 1) // s + 1)
     else:  # nothing static to bound the tiles with: read the pair count (documented)
         tiles = tile_bound(int((q_level.lengths * k_level.lengths).sum()), q_total, k_total, num, s)
     return Geometry(

@@ -57,42 +57,53 @@ class Geometry:
     block: int
 
 
+# The bounds below avoid min/max of symbolic sizes (Inductor guards on which side of a Min is
+# smaller) and are never 0 or 1 (Inductor specialises sizes 0 and 1 of intermediate tensors):
+# either would compile a new graph when a batch crosses over. The slack blocks and tiles are
+# masked like any other.
+_SLACK = 2
+
+
 def block_bound(total: Any, num_segments: Any, block: int) -> Any:
-    """A static bound on ``sum_b ceil(L_b / block)``: at most ``total // block + B``, and at
-    most ``total`` (every block holds a row). Works on ints and symbolic sizes."""
-    return torch.sym_min(total // block + num_segments, total)
+    """A static bound on ``sum_b ceil(L_b / block)``: ``total // block + B`` (plus slack)."""
+    return total // block + num_segments + _SLACK
 
 
 def tile_bound(pairs: Any, q_total: Any, k_total: Any, num: Any, block: int) -> Any:
     """A static bound on the tiles from the number of pairs ``sum_b Lq_b * Lk_b``.
 
-    ``ceil(a / s) * ceil(c / s) <= (a c + (s - 1)(a + c) + (s - 1)^2) / s^2``, summed over b;
-    and no more than the pairs themselves.
+    ``ceil(a / s) * ceil(c / s) <= (a c + (s - 1)(a + c) + (s - 1)^2) / s^2``, summed over b.
     """
     slack = block - 1
     bound = (pairs + slack * (q_total + k_total) + num * slack * slack) // (block * block)
-    return torch.sym_min(bound, pairs)
+    return bound + _SLACK
 
 
 def _blocks(
     lengths: Tensor, offsets: Tensor, bound: int, block: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The block table of one ragged axis.
+    """The block table of one ragged axis (``lengths`` ends with an empty segment, ``offsets``
+    has one entry per segment).
 
     Returns the blocks per segment ``[B]``, the first block of each segment ``[B + 1]``, and
-    for each of the ``bound`` blocks the row of each of its ``block`` slots (0 where padded)
-    and whether the slot holds a real row, ``[bound, block]``.
+    for each of the ``bound`` blocks the row of each of its ``block`` slots (the padding row
+    ``total`` where there is none) and whether the slot holds a real row, ``[bound, block]``.
     """
     num = lengths.shape[0]
     count = torch.div(lengths + (block - 1), block, rounding_mode="floor")
     first = F.pad(torch.cumsum(count, 0), (1, 0))
     ids = torch.arange(bound, device=lengths.device)
-    segment = torch.searchsorted(first[1:], ids, right=True).clamp_max(max(num - 1, 0))
+    segment = torch.searchsorted(first[1:], ids, right=True).clamp_max(num - 1)
     position = (ids - first[segment]).unsqueeze(1) * block
     position = position + torch.arange(block, device=lengths.device)
     real = (position < lengths[segment].unsqueeze(1)) & (ids < first[-1]).unsqueeze(1)
-    rows = torch.where(real, offsets[segment].unsqueeze(1) + position, 0)
+    rows = torch.where(real, offsets[segment].unsqueeze(1) + position, offsets[-1])
     return count, first, rows, real
+
+
+def _with_padding_row(x: Tensor) -> Tensor:
+    """``x`` with one zero row appended: padded slots read it (``x`` may be empty)."""
+    return torch.cat([x, x.new_zeros((1, *x.shape[1:]))])
 
 
 def _gather_blocks(x: Tensor, rows: Tensor) -> Tensor:
@@ -119,17 +130,19 @@ def tiled_attention(
     """
     g = geometry
     s = g.block
-    num = g.q_lengths.shape[0]
     heads = q.shape[1]
     device = q.device
-    q_count, q_first, q_rows, _ = _blocks(g.q_lengths, g.q_offsets, g.q_blocks, s)
-    k_count, k_first, k_rows, k_real = _blocks(g.k_lengths, g.k_offsets, g.k_blocks, s)
+    # One empty segment appended: slack blocks and tiles belong to it (and B may be 0).
+    q_lengths, k_lengths = F.pad(g.q_lengths, (0, 1)), F.pad(g.k_lengths, (0, 1))
+    num = q_lengths.shape[0]
+    q_count, q_first, q_rows, _ = _blocks(q_lengths, g.q_offsets, g.q_blocks, s)
+    k_count, k_first, k_rows, k_real = _blocks(k_lengths, g.k_offsets, g.k_blocks, s)
 
     # The tile table: segment b owns q_count[b] * k_count[b] tiles, row-major.
     per_segment = q_count * k_count
     first = F.pad(torch.cumsum(per_segment, 0), (1, 0))
     ids = torch.arange(g.tiles, device=device)
-    segment = torch.searchsorted(first[1:], ids, right=True).clamp_max(max(num - 1, 0))
+    segment = torch.searchsorted(first[1:], ids, right=True).clamp_max(num - 1)
     local = ids - first[segment]
     across = k_count[segment].clamp_min(1)
     qi = torch.div(local, across, rounding_mode="floor")
@@ -139,8 +152,8 @@ def tiled_attention(
     tile_k = torch.where(real_tile, k_first[segment] + kj, 0)
 
     scores = torch.matmul(
-        _gather_blocks(q, q_rows).index_select(0, tile_q),
-        _gather_blocks(k, k_rows).index_select(0, tile_k).transpose(-1, -2),
+        _gather_blocks(_with_padding_row(q), q_rows).index_select(0, tile_q),
+        _gather_blocks(_with_padding_row(k), k_rows).index_select(0, tile_k).transpose(-1, -2),
     )
     scores = scores * scale  # [tiles, H, s, s]
     keep = (k_real.index_select(0, tile_k) & real_tile.unsqueeze(1)).view(-1, 1, 1, s)
@@ -152,10 +165,12 @@ def tiled_attention(
     if bias is not None and g.pair_offsets is not None:
         i = qi.view(-1, 1, 1) * s + slot.view(1, s, 1)
         j = kj.view(-1, 1, 1) * s + slot.view(1, 1, s)
-        width = g.k_lengths[segment].view(-1, 1, 1)
-        inside = (i < g.q_lengths[segment].view(-1, 1, 1)) & (j < width) & keep.squeeze(1)
-        pair = torch.where(inside, g.pair_offsets[segment].view(-1, 1, 1) + i * width + j, 0)
-        tile_bias = bias.index_select(0, pair.reshape(-1)).view(-1, s, s, heads)
+        width = k_lengths[segment].view(-1, 1, 1)
+        inside = (i < q_lengths[segment].view(-1, 1, 1)) & (j < width) & keep.squeeze(1)
+        pair = g.pair_offsets[segment].view(-1, 1, 1) + i * width + j
+        pair = torch.where(inside, pair, bias.shape[0])
+        tile_bias = _with_padding_row(bias).index_select(0, pair.reshape(-1))
+        tile_bias = tile_bias.view(-1, s, s, heads)
         scores = scores + tile_bias.permute(0, 3, 1, 2)
     scores = scores.masked_fill(~keep, float("-inf"))
 
@@ -172,7 +187,7 @@ def tiled_attention(
     weights = weights / total.index_select(0, tile_q).unsqueeze(-1)
     if dropout_p > 0.0:
         weights = F.dropout(weights, dropout_p)
-    values = _gather_blocks(v, k_rows).index_select(0, tile_k)
+    values = _gather_blocks(_with_padding_row(v), k_rows).index_select(0, tile_k)
     per_tile = torch.matmul(weights, values)  # [tiles, H, s, Dv]
     out = per_tile.new_zeros((g.q_blocks, *per_tile.shape[1:])).index_add(0, tile_q, per_tile)
 
