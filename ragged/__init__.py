@@ -15,6 +15,7 @@ tensor([[0., 1., 2.],
 from . import _pytree, _serialization, func
 from . import data as data  # ragged.data: collate, batch samplers, micro-batch planner
 from . import distributed as distributed  # ragged.distributed: collectives and sharding
+from . import nn as nn  # ragged.nn: LayerNorm, multi-head attention, Transformer encoder
 from ._array import RaggedArray as RaggedArray
 from ._convert import to_list as to_list
 from ._convert import to_mask as to_mask
