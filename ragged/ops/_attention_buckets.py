@@ -13,10 +13,11 @@ padded pairs. Short sequences merge; long ones of different lengths stay apart.
 
 Planning needs the lengths on the host: they are read once per partition *level* (partitions
 are immutable; the plan is cached per level object, weakly), so a model with many attention
-layers over one batch reads them once. The plan's index tensors are built in a short-lived
-helper thread: tensors created inside a ``torch.func`` transform belong to that transform
-(functorch wraps them), so a plan first built under ``hessian`` would otherwise leak wrapped
-tensors into later calls; the transform stack (like ``inference_mode``) is thread-local.
+layers over one batch reads them once. The plan is built in plain Python and its index tensors
+are made with ``torch.frombuffer``: a tensor made by a torch op inside a ``torch.func``
+transform belongs to that transform (functorch wraps it), so a plan first built under
+``hessian`` would otherwise leak wrapped tensors into later calls; ``frombuffer`` tensors are
+plain. Index tensors that scale with the number of pairs (for a bias) are computed per call.
 
 The kernel is an ``autograd.Function``:
 
@@ -35,7 +36,9 @@ The kernel is an ``autograd.Function``:
 
 from __future__ import annotations
 
+import array
 import dataclasses
+import itertools
 import threading
 import weakref
 from collections.abc import Callable
@@ -55,8 +58,8 @@ COMPOSITE_BLOCK = 32  # block size of the composite path in eager mode (dropout)
 # segments, slower for short ones than batched matmuls, measured here).
 FLASH_BACKWARD_MIN = 64
 
-_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 
 _HOST: weakref.WeakKeyDictionary[RowPartition, list[int]] = weakref.WeakKeyDictionary()
 _PerKey = weakref.WeakKeyDictionary[RowPartition, dict[int, "Plan"]]
@@ -73,8 +76,20 @@ def host_lengths(level: RowPartition) -> list[int]:
     return found
 
 
+def _ints(values: array.array) -> Tensor:
+    """A plain int64 CPU tensor over ``values`` (an ``array('q')``; never empty here)."""
+    return torch.frombuffer(values, dtype=torch.int64)
+
+
+def _flags(values: array.array) -> Tensor:
+    """A plain bool CPU tensor over ``values`` (an ``array('b')`` of 0/1)."""
+    return torch.frombuffer(values, dtype=torch.bool)
+
+
 def _outside_transforms(build: Callable[[], _T]) -> _T:
-    """Run ``build`` in a helper thread: the tensors it creates are plain (see the module doc)."""
+    """Run ``build`` in a helper thread, where no ``torch.func`` transform is active (the
+    transform stack is thread-local), so the tensors it makes are plain. Used to move a plan to
+    a non-CPU device."""
     result: list[Any] = []
 
     def run() -> None:
@@ -100,24 +115,26 @@ class Bucket:
     """``n`` segments padded to ``q_len`` query rows and ``k_len`` keys.
 
     Attributes:
-        segments: the segment ids, int64 ``[n]`` (ascending).
         q_read, k_read: the rows to read, ``[n * len]`` (clamped into the segment where
             padded), or a range when the segments lie back to back unpadded.
-        q_dest, k_dest: the row of every slot, ``[n, len]``, with padded slots sent to a dump
+        q_dest, k_dest: the row of every slot, ``[n * len]``, with padded slots sent to a dump
             row (the total number of rows); or the same range as the read when unpadded and
             back to back.
-        q_keep: bool ``[n, 1, q_len, 1]``, the real query slots (``None``: all are real).
+        q_keep: bool ``[n * q_len]``, the real query slots (``None``: all are real).
         q_real, q_real_dest: for a padded bucket, the positions of the real query slots in
             ``[n * q_len]`` and their rows (the forward writes only real rows).
-        key_keep: bool ``[n, 1, 1, k_len]``, the real key slots (``None``: all are real).
-        pairs, pair_dest: bias index and destination of every (query, key) slot,
-            ``[n, q_len, k_len]`` (built on first use with a bias).
+        key_keep: bool ``[n * k_len]``, the real key slots (``None``: all are real).
+        pair_range: the bucket's pairs in a pair bias as one range (unpadded, back to back).
+        pair_start, q_counts, k_counts: int64 ``[n]``, each segment's first pair and lengths
+            (to index the bias otherwise).
+
+    Every tensor is flat and made by ``torch.frombuffer`` (see the module doc); shapes are
+    applied with views at each use.
     """
 
     n: int
     q_len: int
     k_len: int
-    segments: Tensor
     q_read: Rows
     k_read: Rows
     q_dest: Rows
@@ -126,8 +143,10 @@ class Bucket:
     q_real: Tensor | None
     q_real_dest: Tensor | None
     key_keep: Tensor | None
-    pairs: Tensor | None = None
-    pair_dest: Tensor | None = None
+    pair_range: tuple[int, int] | None
+    pair_start: Tensor
+    q_counts: Tensor
+    k_counts: Tensor
 
 
 @dataclasses.dataclass(eq=False)
@@ -135,14 +154,10 @@ class Plan:
     """The buckets of one (query level, key level) pair and the host facts they came from."""
 
     buckets: list[Bucket]
-    q_lengths: Tensor  # int64 [B] on the host
-    k_lengths: Tensor
-    pair_offsets: Tensor  # int64 [B + 1] on the host
     host_q: list[int]
     host_k: list[int]
+    pairs: int  # sum_b Lq_b * Lk_b
     idle_q: bool  # some query rows have no keys (their output and gradient are 0)
-    idle_k: bool  # some key rows have no queries (their gradients are 0)
-    device: torch.device
 
 
 def plan(q_level: RowPartition, k_level: RowPartition, head_numel: int) -> Plan:
@@ -157,9 +172,11 @@ def plan(q_level: RowPartition, k_level: RowPartition, head_numel: int) -> Plan:
     if found is None:
         lq = host_lengths(q_level)
         lk = lq if k_level is q_level else host_lengths(k_level)
+        built = _build_plan(lq, lk, head_numel)
         device = q_level.lengths.device
-        found = _outside_transforms(lambda: _build_plan(lq, lk, head_numel, device))
-        per_k[head_numel] = found
+        if device.type != "cpu":
+            built = _outside_transforms(lambda: _to_device(built, device))
+        found = per_k[head_numel] = built
     return found
 
 
@@ -184,99 +201,105 @@ def _groups(lq: list[int], lk: list[int], head_numel: int) -> list[list[int]]:
     return groups
 
 
-def _offsets(lengths: Tensor) -> Tensor:
-    return torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
+def _offsets(lengths: list[int]) -> list[int]:
+    out = [0]
+    for n in lengths:
+        out.append(out[-1] + n)
+    return out
 
 
-def _build_plan(lq: list[int], lk: list[int], head_numel: int, device: torch.device) -> Plan:
-    q_lengths = torch.tensor(lq, dtype=torch.int64)
-    k_lengths = torch.tensor(lk, dtype=torch.int64)
-    q_offsets, k_offsets = _offsets(q_lengths), _offsets(k_lengths)
+def _build_plan(lq: list[int], lk: list[int], head_numel: int) -> Plan:
+    qo, ko = _offsets(lq), _offsets(lk)
+    po = _offsets([a * c for a, c in zip(lq, lk, strict=True)])
     buckets = []
     for group in _groups(lq, lk, head_numel):
-        segments = torch.tensor(group, dtype=torch.int64)
-        q_len, k_len = max(lq[b] for b in group), max(lk[b] for b in group)
-        q_read, q_dest, q_keep = _slots(segments, q_lengths, q_offsets, q_len)
-        k_read, k_dest, k_keep = _slots(segments, k_lengths, k_offsets, k_len)
         n = len(group)
+        q_len, k_len = max(lq[b] for b in group), max(lk[b] for b in group)
+        q_read, q_dest, q_keep = _slots(group, lq, qo, q_len)
+        k_read, k_dest, k_keep = _slots(group, lk, ko, k_len)
         q_real = q_real_dest = None
         if q_keep is not None:
-            q_real = q_keep.view(-1).nonzero().view(-1).to(device)
-            q_real_dest = torch.masked_select(torch.as_tensor(q_dest), q_keep).to(device)
+            real, real_dest = array.array("q"), array.array("q")
+            for i, b in enumerate(group):
+                real.extend(range(i * q_len, i * q_len + lq[b]))
+                real_dest.extend(range(qo[b], qo[b] + lq[b]))
+            q_real, q_real_dest = _ints(real), _ints(real_dest)
+        pair_range = None
+        if isinstance(q_read, tuple) and isinstance(k_read, tuple):
+            pair_range = (po[group[0]], po[group[0]] + n * q_len * k_len)
         buckets.append(
             Bucket(
                 n,
                 q_len,
                 k_len,
-                segments.to(device),
-                _move(q_read, device),
-                _move(k_read, device),
-                _move(q_dest, device),
-                _move(k_dest, device),
-                None if q_keep is None else q_keep.view(n, 1, q_len, 1).to(device),
+                q_read,
+                k_read,
+                q_dest,
+                k_dest,
+                q_keep,
                 q_real,
                 q_real_dest,
-                None if k_keep is None else k_keep.view(n, 1, 1, k_len).to(device),
+                k_keep,
+                pair_range,
+                _ints(array.array("q", [po[b] for b in group])),
+                _ints(array.array("q", [lq[b] for b in group])),
+                _ints(array.array("q", [lk[b] for b in group])),
             )
         )
-    return Plan(
-        buckets,
-        q_lengths,
-        k_lengths,
-        _offsets(q_lengths * k_lengths),
-        lq,
-        lk,
-        any(a and not c for a, c in zip(lq, lk, strict=True)),
-        any(c and not a for a, c in zip(lq, lk, strict=True)),
-        device,
-    )
-
-
-def _move(rows: Rows, device: torch.device) -> Rows:
-    return rows if isinstance(rows, tuple) else rows.to(device)
+    idle = any(a and not c for a, c in zip(lq, lk, strict=True))
+    return Plan(buckets, lq, lk, po[-1], idle)
 
 
 def _slots(
-    segments: Tensor, lengths: Tensor, offsets: Tensor, size: int
+    group: list[int], lengths: list[int], offsets: list[int], size: int
 ) -> tuple[Rows, Rows, Tensor | None]:
     """For a bucket's segments padded to ``size``: the rows to read, the destination of every
     slot, and which slots are real (``None`` when all are)."""
-    n = segments.shape[0]
-    total = int(offsets[-1])
-    position = torch.arange(size)
-    lengths_b = lengths[segments].unsqueeze(1)
-    starts = offsets[segments].unsqueeze(1)
-    keep = position < lengths_b
-    slots = starts + position
-    if bool(keep.all()):
-        first = int(starts[0])
-        if bool((slots.view(-1) == first + torch.arange(n * size)).all()):
+    n, total = len(group), offsets[-1]
+    first = offsets[group[0]]
+    if all(lengths[b] == size for b in group):
+        if all(offsets[b] == first + i * size for i, b in enumerate(group)):
             return (first, first + n * size), (first, first + n * size), None
-        return slots.view(-1), slots, None
-    read = starts + torch.minimum(position, lengths_b - 1)
-    return read.view(-1), torch.where(keep, slots, total), keep
+        rows = array.array("q")
+        for b in group:
+            rows.extend(range(offsets[b], offsets[b] + size))
+        index = _ints(rows)
+        return index, index, None
+    read, dest, keep = array.array("q"), array.array("q"), array.array("b")
+    for b in group:
+        start, length, pad = offsets[b], lengths[b], size - lengths[b]
+        read.extend(range(start, start + length))
+        read.extend(itertools.repeat(start + length - 1, pad))
+        dest.extend(range(start, start + length))
+        dest.extend(itertools.repeat(total, pad))
+        keep.extend(itertools.repeat(1, length))
+        keep.extend(itertools.repeat(0, pad))
+    return _ints(read), _ints(dest), _flags(keep)
 
 
-def _pairs(bucket: Bucket, p: Plan) -> tuple[Tensor, Tensor]:
-    """The bias index (clamped) and destination (dump row when padded) of every slot."""
-    if bucket.pairs is None or bucket.pair_dest is None:
-        bucket.pairs, bucket.pair_dest = _outside_transforms(lambda: _build_pairs(bucket, p))
-    return bucket.pairs, bucket.pair_dest
+def _to_device(p: Plan, device: torch.device) -> Plan:
+    def move(x: Any) -> Any:
+        return x.to(device) if isinstance(x, Tensor) else x
+
+    for bucket in p.buckets:
+        for field in dataclasses.fields(bucket):
+            setattr(bucket, field.name, move(getattr(bucket, field.name)))
+    return p
 
 
-def _build_pairs(bucket: Bucket, p: Plan) -> tuple[Tensor, Tensor]:
-    segments = bucket.segments.cpu()
-    nq = p.q_lengths[segments].view(-1, 1, 1)
-    nk = p.k_lengths[segments].view(-1, 1, 1)
-    start = p.pair_offsets[segments].view(-1, 1, 1)
-    i = torch.arange(bucket.q_len).view(1, -1, 1)
-    j = torch.arange(bucket.k_len).view(1, 1, -1)
-    pairs = start + torch.minimum(i, nq - 1) * nk + torch.minimum(j, nk - 1)
-    dest = torch.where((i < nq) & (j < nk), start + i * nk + j, p.pair_offsets[-1])
-    return pairs.to(p.device), dest.to(p.device)
-
-
-# --- bucket helpers ---------------------------------------------------------------------------
+def _pair_index(bucket: Bucket, dump: int | None = None) -> Tensor:
+    """Index of every (query, key) slot of the bucket in the bias values, ``[n, q_len,
+    k_len]``: clamped into the segment where padded (``dump is None``, for reading), or the dump
+    row ``dump`` there (for writing). Computed per call (its size is the bucket's pairs)."""
+    device = bucket.pair_start.device
+    i = torch.arange(bucket.q_len, device=device).view(1, -1, 1)
+    j = torch.arange(bucket.k_len, device=device).view(1, 1, -1)
+    nq, nk = bucket.q_counts.view(-1, 1, 1), bucket.k_counts.view(-1, 1, 1)
+    start = bucket.pair_start.view(-1, 1, 1)
+    if dump is None:
+        return start + torch.minimum(i, nq - 1) * nk + torch.minimum(j, nk - 1)
+    inside = (i < nq) & (j < nk)
+    return torch.where(inside, start + i * nk + j, dump)
 
 
 def _read(x: Tensor, rows: Rows, n: int, size: int) -> Tensor:
@@ -292,7 +315,7 @@ def _write(buffer: Tensor, dest: Rows, part: Tensor) -> None:
     if isinstance(dest, tuple):
         buffer[dest[0] : dest[1]].view_as(rows).copy_(rows)
     else:
-        buffer.index_put_((dest,), rows)
+        buffer.index_put_((dest.view(rows.shape[:2]),), rows)
 
 
 def _buffer(sources: tuple[Tensor | None, ...], rows: int, tail: Any, like: Tensor) -> Tensor:
@@ -309,23 +332,25 @@ def _buffer(sources: tuple[Tensor | None, ...], rows: int, tail: Any, like: Tens
     return anchor.to(like.dtype).expand(rows + 1, *tail).contiguous()
 
 
-def _mask(
-    bucket: Bucket, bias: Tensor | None, p: Plan, dtype: torch.dtype, causal: bool
-) -> Tensor | None:
+def _mask(bucket: Bucket, bias: Tensor | None, dtype: torch.dtype, causal: bool) -> Tensor | None:
     """The additive mask of a bucket: the bias (``[n, H, q_len, k_len]``) plus ``-inf`` at padded
     keys; ``None`` when there is neither. With ``causal`` (self-attention) padded keys need no
     mask: they come after every real query row."""
-    mask = None if bias is None else _bias_block(bucket, bias, p)
+    mask = None if bias is None else _bias_block(bucket, bias)
     if bucket.key_keep is not None and not causal:
-        pad = torch.zeros(bucket.key_keep.shape, dtype=dtype, device=bucket.key_keep.device)
-        pad = pad.masked_fill_(~bucket.key_keep, float("-inf"))
+        keep = bucket.key_keep.view(bucket.n, 1, 1, bucket.k_len)
+        pad = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
+        pad = pad.masked_fill_(~keep, float("-inf"))
         mask = pad if mask is None else mask + pad
     return mask
 
 
-def _bias_block(bucket: Bucket, bias: Tensor, p: Plan) -> Tensor:
+def _bias_block(bucket: Bucket, bias: Tensor) -> Tensor:
     """A bucket's block of the pair bias ``[pairs, H]`` as ``[n, H, q_len, k_len]``."""
-    block = bias.index_select(0, _pairs(bucket, p)[0].view(-1))
+    if bucket.pair_range is not None:
+        block = bias[bucket.pair_range[0] : bucket.pair_range[1]]
+    else:
+        block = bias.index_select(0, _pair_index(bucket).view(-1))
     return block.view(bucket.n, bucket.q_len, bucket.k_len, -1).permute(0, 3, 1, 2)
 
 
@@ -396,7 +421,7 @@ class _BucketedAttention(torch.autograd.Function):
             qb = _read(q, bucket.q_read, bucket.n, bucket.q_len)
             kb = _read(k, bucket.k_read, bucket.n, bucket.k_len)
             vb = _read(v, bucket.k_read, bucket.n, bucket.k_len)
-            mask = _mask(bucket, bias, p, q.dtype, causal)
+            mask = _mask(bucket, bias, q.dtype, causal)
             ob, lse = _forward_bucket(qb, kb, vb, mask, scale, causal)
             if bucket.q_real is None or bucket.q_real_dest is None:
                 _write(out, bucket.q_dest, ob)
@@ -494,12 +519,13 @@ def _vjp(
         kb = _read(k, bucket.k_read, n, k_len)
         vb = _read(v, bucket.k_read, n, k_len)
         gb = _read(grad, bucket.q_read, n, q_len)
-        if bucket.q_keep is not None:  # padded query rows carry no gradient
-            gb = torch.where(bucket.q_keep, gb, 0.0)
+        q_keep = None if bucket.q_keep is None else bucket.q_keep.view(n, 1, q_len, 1)
+        if q_keep is not None:  # padded query rows carry no gradient
+            gb = torch.where(q_keep, gb, 0.0)
         count = n * q_len
         lse_b = lse[start : start + count].view(n, q_len, heads).transpose(1, 2)
         start += count
-        mask = _mask(bucket, bias, p, q.dtype, causal)
+        mask = _mask(bucket, bias, q.dtype, causal)
         if flash and q_len >= FLASH_BACKWARD_MIN:
             ob = _read(out, bucket.q_read, n, q_len)
             dqb, dkb, dvb = _flash_backward(
@@ -516,8 +542,8 @@ def _vjp(
         if delta is None:
             delta = (grad * out).sum(-1, keepdim=True)
         db = _read(delta, bucket.q_read, n, q_len)  # [n, H, q_len, 1]
-        if bucket.q_keep is not None:
-            db = torch.where(bucket.q_keep, db, 0.0)
+        if q_keep is not None:
+            db = torch.where(q_keep, db, 0.0)
         scores = _scores(qb, kb, mask, scale, causal, inplace=not graph)
         dweights = torch.matmul(gb, vb.transpose(-1, -2))
         if graph:
@@ -533,7 +559,11 @@ def _vjp(
         if dk is not None:
             _write(dk, bucket.k_dest, torch.matmul(dscores.transpose(-1, -2), qb) * scale)
         if dbias is not None:
-            dbias.index_put_((_pairs(bucket, p)[1],), dscores.permute(0, 2, 3, 1))
+            block = dscores.permute(0, 2, 3, 1)  # [n, q_len, k_len, H]
+            if bucket.pair_range is not None:
+                dbias[bucket.pair_range[0] : bucket.pair_range[1]].view_as(block).copy_(block)
+            else:
+                dbias.index_put_((_pair_index(bucket, dump=dbias.shape[0] - 1),), block)
     return tuple(None if x is None else x[:-1] for x in (dq, dk, dv, dbias))
 
 
@@ -558,7 +588,7 @@ def _jvp(
         qb = _read(q, bucket.q_read, n, q_len)
         kb = _read(k, bucket.k_read, n, k_len)
         vb = _read(v, bucket.k_read, n, k_len)
-        mask = _mask(bucket, bias, p, q.dtype, causal)
+        mask = _mask(bucket, bias, q.dtype, causal)
         weights = torch.softmax(_scores(qb, kb, mask, scale, causal, inplace=False), -1)
         dscores = None
         if dq is not None:
@@ -569,7 +599,7 @@ def _jvp(
         if dscores is not None:
             dscores = dscores * scale
         if dbias is not None:
-            term = _bias_block(bucket, dbias, p)
+            term = _bias_block(bucket, dbias)
             dscores = term if dscores is None else dscores + term
         tangent = None
         if dscores is not None:
