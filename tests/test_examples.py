@@ -35,3 +35,15 @@ def test_ddp_example_keeps_gradients_in_sync():
     out = run_example("ddp.py")
     assert out.count("gradients equal on all ranks: True; equal to one process") == 2, out
     assert "done:" in out
+
+
+def test_classifier_example_learns_and_matches_padded():
+    out = run_example("classifier.py")
+    accuracies = [
+        float(line.split("test accuracy ")[1].split(",")[0])
+        for line in out.splitlines()
+        if "test accuracy" in line
+    ]
+    before = float(out.splitlines()[0].split(": ")[1])
+    assert accuracies[-1] > before + 0.1, out
+    assert "same logits: True" in out, out
