@@ -3,6 +3,8 @@ buckets, the pair bias, empty key sets, transforms and compilation."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import hypothesis.strategies as st
 import pytest
 import torch
@@ -41,10 +43,17 @@ def arrays(lengths, inner, seed, layout="contiguous", dtype=torch.float64, grad=
     seed=st.integers(0, 2**31 - 1),
     layout=st.sampled_from(["contiguous", "strided", "transposed"]),
     kind=st.sampled_from(["self", "causal", "cross", "bias", "bias_causal", "cross_bias"]),
+    cost=st.sampled_from([0, 10**9]),
 )
-def test_matches_per_segment_sdpa_with_gradients(lengths, seed, layout, kind):
+def test_matches_per_segment_sdpa_with_gradients(lengths, seed, layout, kind, cost):
     """Forward and gradients (q, k, v, bias) against per-segment SDPA: empty segments, long
-    segments (the flash backward), causal, cross-attention, bias, non-contiguous inputs."""
+    segments (the flash backward), causal, cross-attention, bias, non-contiguous inputs; with
+    equal-length buckets and with padded buckets (one bucket for the batch)."""
+    with mock.patch.object(buckets, "CALL_COST", cost):
+        _check_against_sdpa(lengths, seed, layout, kind)
+
+
+def _check_against_sdpa(lengths, seed, layout, kind):
     gen = torch.Generator().manual_seed(seed)
     cross = kind.startswith("cross")
     key_lengths = cross_lengths(lengths) if cross else lengths
@@ -229,3 +238,28 @@ def test_compiles_once_with_inductor_forward_and_backward():
             rtol=1e-4,
         )
     assert report.graphs == 1
+
+
+@pytest.mark.parametrize("length", [3, 70])  # the matmul backward, and the flash backward
+def test_fully_masked_rows_give_zero_and_finite_derivatives(length):
+    """A query row whose keys are all masked (-inf bias) gives 0, like the flash kernel and
+    SDPA, with finite first and second derivatives and forward-mode tangents."""
+    x = arrays([length, 2], (1, 4), 0, grad=True)
+    pairs = length * length + 4
+    mask = torch.zeros(pairs, 1, dtype=torch.float64)
+    mask[:length] = float("-inf")  # row 0 of segment 0
+    bias = pair_bias(x, x, mask)
+
+    def f(v):
+        return ragged.attention(x.with_values(v), x, x, bias=bias).values
+
+    out = f(x.values)
+    assert out[0].eq(0).all() and torch.isfinite(out).all()
+    (grad,) = torch.autograd.grad(out.sum(), x.values, create_graph=True)
+    assert torch.isfinite(grad).all()
+    (second,) = torch.autograd.grad(grad.sum(), x.values)
+    assert torch.isfinite(second).all()
+    _, tangent = torch.func.jvp(f, (x.values.detach(),), (torch.ones_like(x.values),))
+    assert torch.isfinite(tangent).all()
+    composite = ragged.attention(x, x, x, bias=bias, dropout_p=1e-12).values  # tiled path
+    assert composite[0].eq(0).all()

@@ -109,7 +109,14 @@ class RaggedTransformerEncoderLayer(torch.nn.Module):
         return ragged_map(self._feed_forward, x)
 
     def _feed_forward(self, values: Tensor) -> Tensor:
-        hidden = self.dropout(self.activation(self.linear1(values)))
+        hidden = self.linear1(values)
+        if self.activation is F.relu:
+            # In place on the fresh hidden rows (the linear's backward does not need them):
+            # saves a [rows, dim_feedforward] temporary, the layer's largest.
+            hidden = F.relu(hidden, inplace=True)
+        else:
+            hidden = self.activation(hidden)
+        hidden = self.dropout(hidden)
         return self.dropout2(self.linear2(hidden))
 
 

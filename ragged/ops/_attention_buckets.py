@@ -1,15 +1,15 @@
 """Variable-length attention in eager mode: segments grouped into length buckets.
 
-Segments of equal or near-equal length form a *bucket*; each bucket is one call of torch's CPU
-flash-attention kernel on ``[n, H, L, D]`` (the kernel behind
-``F.scaled_dot_product_attention``). Lengths in a bucket are padded to the longest: padded keys
-are masked with ``-inf`` and padded query rows dropped, so the result is exact. A bucket of
-one segment, or of segments that lie back to back in ``values``, reads its rows as a view (no
-copy).
+Segments of equal length form a *bucket*; each bucket is one call of torch's CPU
+flash-attention kernel on ``[n, H, L, D]`` (the kernel behind ``F.scaled_dot_product_attention``).
+A bucket of one segment, or of segments that lie back to back in ``values``, reads its rows as a
+view (no copy); others gather their rows.
 
-How much padding a bucket may hold is a cost model: merging a segment into a bucket saves one
-kernel call (a fixed overhead, :data:`CALL_COST` in units of "pairs x head width") and costs its
-padded pairs. Short sequences merge; long ones of different lengths stay apart.
+Buckets may also merge near-equal lengths, padded to the longest (padded keys masked with
+``-inf``, padded query rows dropped: still exact), by a cost model: merging a segment saves one
+kernel call (:data:`CALL_COST`, in units of "pairs x head width") and costs its padded pairs. On
+CPU the measured cost of a call is below that of masking, so by default buckets hold equal
+lengths only; the padded buckets are kept (and tested) for devices where calls cost more.
 
 Planning needs the lengths on the host: they are read once per partition *level* (partitions
 are immutable; the plan is cached per level object, weakly), so a model with many attention
@@ -25,8 +25,8 @@ The kernel is an ``autograd.Function``:
   faster), for a bias that needs a gradient (the kernel does not return one), and for other
   head widths of ``v``, it recomputes the bucket's probabilities from the saved log-sum-exp
   with batched matmuls. Results go into buffers made from the incoming gradient, so it runs
-  batched too (``vmap`` over cotangents; the flash kernel then runs through vmap's slow
-  fallback, with torch's performance warning). When a graph of the gradient is being built
+  batched too (``autograd.grad(..., is_grads_batched=True)``; the flash kernel then runs through
+  vmap's slow fallback, with torch's performance warning). When a graph of the gradient is being built
   (double backward), the matmul formulas run out of place with a differentiable softmax.
 * ``jvp`` (forward-mode AD): ``dS = scale (dq k^T + q dk^T) + dbias``,
   ``dP = P (dS - rowsum(P dS))``, ``dO = dP v + P dv``, bucket by bucket.
@@ -50,8 +50,11 @@ from torch import Tensor
 from .._partition import RowPartition
 
 # Fixed cost of one bucket (gathers, mask, kernel call, Python), in pairs x head width: a
-# segment joins a bucket when the padded pairs it adds, times H * D, stay below this.
-CALL_COST = 100 * 256
+# segment joins a bucket when the padded pairs it adds, times H * D, stay below this. Measured
+# here (CPU, one thread), padding never paid: the flash kernel with a key padding mask is slower
+# than more calls without one, so buckets hold equal lengths only. The padded buckets stay
+# (tested) for devices where a call costs more.
+CALL_COST = 0
 COMPOSITE_BLOCK = 32  # block size of the composite path in eager mode (dropout)
 
 # Buckets with at least this many query rows use torch's flash backward kernel (faster for long
@@ -158,6 +161,8 @@ class Plan:
     host_k: list[int]
     pairs: int  # sum_b Lq_b * Lk_b
     idle_q: bool  # some query rows have no keys (their output and gradient are 0)
+    idle_k: bool  # some key rows have no queries (their gradients are 0)
+    padded: bool  # some bucket pads its segments
 
 
 def plan(q_level: RowPartition, k_level: RowPartition, head_numel: int) -> Plan:
@@ -246,8 +251,10 @@ def _build_plan(lq: list[int], lk: list[int], head_numel: int) -> Plan:
                 _ints(array.array("q", [lk[b] for b in group])),
             )
         )
-    idle = any(a and not c for a, c in zip(lq, lk, strict=True))
-    return Plan(buckets, lq, lk, po[-1], idle)
+    idle_q = any(a and not c for a, c in zip(lq, lk, strict=True))
+    idle_k = any(c and not a for a, c in zip(lq, lk, strict=True))
+    padded = any(b.q_keep is not None or b.key_keep is not None for b in buckets)
+    return Plan(buckets, lq, lk, po[-1], idle_q, idle_k, padded)
 
 
 def _slots(
@@ -332,6 +339,23 @@ def _buffer(sources: tuple[Tensor | None, ...], rows: int, tail: Any, like: Tens
     return anchor.to(like.dtype).expand(rows + 1, *tail).contiguous()
 
 
+def _result(p: Plan, idle: bool, sources: tuple[Tensor | None, ...], shape: torch.Size) -> Tensor:
+    """The buffer a gradient or tangent of ``shape`` is written into. Uninitialised and without
+    a dump row when every row is written (no padding, no idle rows) and there is one source of
+    that shape: its ``empty_like``, batched under ``vmap`` when the source is. Else
+    :func:`_buffer` (batched when any source is)."""
+    present = [s for s in sources if s is not None]
+    if not p.padded and not idle and len(present) == 1 and present[0].shape == shape:
+        return torch.empty_like(present[0], memory_format=torch.contiguous_format)
+    like = next(s for s in sources if s is not None)
+    return _buffer(sources, shape[0], tuple(shape[1:]), like)
+
+
+def _trim(buffer: Tensor, rows: int) -> Tensor:
+    """Drop the dump row of a :func:`_buffer` (no-op for an exact buffer)."""
+    return buffer if buffer.shape[0] == rows else buffer[:rows]
+
+
 def _mask(bucket: Bucket, bias: Tensor | None, dtype: torch.dtype, causal: bool) -> Tensor | None:
     """The additive mask of a bucket: the bias (``[n, H, q_len, k_len]``) plus ``-inf`` at padded
     keys; ``None`` when there is neither. With ``causal`` (self-attention) padded keys need no
@@ -372,6 +396,17 @@ def _scores(
     if mask is not None:
         scores.add_(mask)
     return scores if above is None else scores.masked_fill_(above, float("-inf"))
+
+
+def _safe_softmax(scores: Tensor) -> Tensor:
+    """Softmax over the keys that gives 0, not NaN, for a row whose keys are all masked (as the
+    flash kernel does), with finite derivatives of every order. The shift is detached:
+    softmax is invariant to it."""
+    peak = scores.detach().amax(-1, keepdim=True)
+    peak = torch.where(torch.isfinite(peak), peak, 0.0)
+    weights = torch.exp(scores - peak)
+    total = weights.sum(-1, keepdim=True)
+    return weights / torch.where(total > 0, total, 1.0)
 
 
 def _forward_bucket(
@@ -505,9 +540,9 @@ def _vjp(
     heads, width, width_v = q.shape[1], q.shape[2], v.shape[2]
     delta = None  # [Tq, H, 1]: rowsum(dO * O), for the matmul formulas
     sources = (grad,)
-    dq = _buffer(sources, q.shape[0], (heads, width), q) if need[0] else None
-    dk = _buffer(sources, k.shape[0], (heads, width), q) if need[1] else None
-    dv = _buffer(sources, k.shape[0], (heads, width_v), q) if need[2] else None
+    dq = _result(p, p.idle_q, sources, q.shape) if need[0] else None
+    dk = _result(p, p.idle_k, sources, k.shape) if need[1] else None
+    dv = _result(p, p.idle_k, sources, v.shape) if need[2] else None
     dbias = None
     if need[3] and bias is not None:
         dbias = _buffer(sources, bias.shape[0], (heads,), q)
@@ -547,7 +582,7 @@ def _vjp(
         scores = _scores(qb, kb, mask, scale, causal, inplace=not graph)
         dweights = torch.matmul(gb, vb.transpose(-1, -2))
         if graph:
-            weights = torch.softmax(scores, -1)
+            weights = _safe_softmax(scores)
             dscores = (dweights - db) * weights
         else:
             weights = scores.sub_(lse_b.unsqueeze(-1).to(scores.dtype)).exp_()
@@ -564,7 +599,11 @@ def _vjp(
                 dbias[bucket.pair_range[0] : bucket.pair_range[1]].view_as(block).copy_(block)
             else:
                 dbias.index_put_((_pair_index(bucket, dump=dbias.shape[0] - 1),), block)
-    return tuple(None if x is None else x[:-1] for x in (dq, dk, dv, dbias))
+    shapes = (q.shape, k.shape, v.shape, None if bias is None else bias.shape)
+    return tuple(
+        None if x is None or shape is None else _trim(x, shape[0])
+        for x, shape in zip((dq, dk, dv, dbias), shapes, strict=True)
+    )
 
 
 def _jvp(
@@ -582,14 +621,15 @@ def _jvp(
 ) -> Tensor:
     """The output tangent, bucket by bucket (tangents may be batched)."""
     q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
-    out = _buffer((dq, dk, dv, dbias), q.shape[0], (q.shape[1], v.shape[2]), q)
+    shape = (q.shape[0], q.shape[1], v.shape[2])
+    out = _result(p, p.idle_q, (dq, dk, dv, dbias), torch.Size(shape))
     for bucket in p.buckets:
         n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
         qb = _read(q, bucket.q_read, n, q_len)
         kb = _read(k, bucket.k_read, n, k_len)
         vb = _read(v, bucket.k_read, n, k_len)
         mask = _mask(bucket, bias, q.dtype, causal)
-        weights = torch.softmax(_scores(qb, kb, mask, scale, causal, inplace=False), -1)
+        weights = _safe_softmax(_scores(qb, kb, mask, scale, causal, inplace=False))
         dscores = None
         if dq is not None:
             dscores = torch.matmul(_read(dq, bucket.q_read, n, q_len), kb.transpose(-1, -2))
@@ -610,4 +650,4 @@ def _jvp(
             tangent = term if tangent is None else tangent + term
         if tangent is not None:
             _write(out, bucket.q_dest, tangent)
-    return out[:-1]
+    return _trim(out, shape[0])
