@@ -197,7 +197,14 @@ def test_jacfwd_equals_jacrev_and_hessian_of_bias():
     torch.testing.assert_close(hessian, expected)
 
 
-def test_compiles_once_aot_eager_cross_and_bias():
+@pytest.fixture(params=["custom op", "tiles"])
+def compiled_path(request, monkeypatch):
+    """Under torch.compile on CPU: the eager kernel as a custom op, or the sync-free tiles."""
+    monkeypatch.setattr(ragged.ops._attention, "TILES_UNDER_COMPILE", request.param == "tiles")
+    return request.param
+
+
+def test_compiles_once_aot_eager_cross_and_bias(compiled_path):
     shapes = [[3, 0, 5, 2], [1], [4, 4], [0, 2, 7, 1, 3, 6], [2, 9], [6, 0, 1]]
     cross = []
     for i, n in enumerate(shapes):
@@ -223,7 +230,7 @@ def test_compiles_once_aot_eager_cross_and_bias():
 
 # Importing Inductor scripts a torch.jit module (a deprecation warning in torch 2.13).
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
-def test_compiles_once_with_inductor_forward_and_backward():
+def test_compiles_once_with_inductor_forward_and_backward(compiled_path):
     shapes = [[3, 0, 5, 2], [1], [40, 4], [0, 2, 7, 1, 3, 6], [2, 70, 9]]
     batches = [
         (arrays(n, (2, 8), i, dtype=torch.float32, grad=True),) for i, n in enumerate(shapes)

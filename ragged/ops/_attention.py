@@ -9,10 +9,13 @@ Two implementations with one semantics (the reference is
 
 * eager (``ragged/ops/_attention_buckets.py``): segments grouped into length buckets, one call
   of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host once per
-  partition object (cached, weakly) to plan the buckets.
-* compiled, or with dropout (``ragged/ops/_attention_tiles.py``): block tiles of each segment,
-  batched matmuls and segment softmax, with static sizes only. No host read: one graph across
-  batches under ``torch.compile(dynamic=True)``.
+  partition object (cached, weakly) to plan the buckets. Under ``torch.compile`` on CPU the same
+  kernel runs as an opaque custom op (``_attention_op.py``): one graph across batches with
+  static shapes; it reads the lengths from memory when it runs.
+* on other devices under ``torch.compile``, with :data:`TILES_UNDER_COMPILE`, or with dropout
+  (``ragged/ops/_attention_tiles.py``): block tiles of each segment, batched matmuls and segment
+  softmax, with static sizes only. No host read: one graph across batches under
+  ``torch.compile(dynamic=True)``.
 
 Memory is ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist) in both, never ``O(B * Lmax^2)``.
 Semantics decisions are in ``docs/semantics/attention.md``.
@@ -31,6 +34,7 @@ from .._broadcast import _shape_text
 from .._errors import type_error, typename, value_error
 from .._partition import RowPartition
 from . import _attention_buckets as buckets
+from ._attention_op import bucketed_attention as bucketed_attention_op
 from ._attention_tiles import (
     COMPILE_BLOCK,
     Geometry,
@@ -42,6 +46,11 @@ from ._attention_tiles import (
 __all__ = ["attention"]
 
 _FUNC = "ragged.attention"
+
+# Under torch.compile on CPU the eager bucket kernel runs as an opaque custom op (see
+# _attention_op.py: one graph, no unbacked sizes; it reads the lengths from memory when it runs).
+# Set this to compile the sync-free tiled formulation instead, as on other devices.
+TILES_UNDER_COMPILE = False
 
 BIAS_PARTITION = (
     "must be a pair map (B, Lq*, Lk*, H) with the partition "
@@ -89,9 +98,10 @@ def attention(
         gives 0.
 
     Host reads: in eager mode the segment lengths are read once per partition object (one
-    host sync, then cached); under ``torch.compile`` none, except in cross-attention (``k``'s
-    partition differs from ``q``'s) without a ``bias`` when the keys' maximum length is not
-    known statically (it is whenever the partition came from host data).
+    host sync, then cached). Under ``torch.compile`` the graph has none: on CPU the kernel is a
+    custom op that reads the lengths from memory when it runs; elsewhere the tiled formulation
+    needs no read, except in cross-attention without a ``bias`` when the keys' maximum length is
+    not known statically (it is whenever the partition came from host data).
 
     Raises:
         TypeError: an argument is not a RaggedArray, or dtypes differ or are not floating.
@@ -137,10 +147,22 @@ def attention(
     bias_values = None if bias is None else _check_bias(bias, q, k)
     scale = float(scale)
     if torch.compiler.is_compiling():
-        geometry = _static_geometry(q, k, bias_values, same)
-        out = tiled_attention(
-            q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
-        )
+        if q.device.type == "cpu" and dropout_p == 0.0 and not TILES_UNDER_COMPILE:
+            out, _ = bucketed_attention_op(
+                q.values,
+                k.values,
+                v.values,
+                bias_values,
+                q_level.lengths,
+                k_level.lengths,
+                scale,
+                causal,
+            )
+        else:
+            geometry = _static_geometry(q, k, bias_values, same)
+            out = tiled_attention(
+                q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
+            )
     else:
         plan = buckets.plan(q_level, k_level, q.values.shape[1] * q.values.shape[2])
         if dropout_p > 0.0:

@@ -177,7 +177,7 @@ def plan(q_level: RowPartition, k_level: RowPartition, head_numel: int) -> Plan:
     if found is None:
         lq = host_lengths(q_level)
         lk = lq if k_level is q_level else host_lengths(k_level)
-        built = _build_plan(lq, lk, head_numel)
+        built = build_plan(lq, lk, head_numel)
         device = q_level.lengths.device
         if device.type != "cpu":
             built = _outside_transforms(lambda: _to_device(built, device))
@@ -213,7 +213,7 @@ def _offsets(lengths: list[int]) -> list[int]:
     return out
 
 
-def _build_plan(lq: list[int], lk: list[int], head_numel: int) -> Plan:
+def build_plan(lq: list[int], lk: list[int], head_numel: int) -> Plan:
     qo, ko = _offsets(lq), _offsets(lk)
     po = _offsets([a * c for a, c in zip(lq, lk, strict=True)])
     buckets = []
@@ -442,33 +442,44 @@ def bucketed_attention(
     return out
 
 
+def forward(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, p: Plan, scale: float, causal: bool
+) -> tuple[Tensor, Tensor]:
+    """The output ``[Tq, H, Dv]`` and the log-sum-exp of every query row's scores ``[Tq, H]``
+    (rows without keys: their entries are unspecified, and never read)."""
+    q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
+    heads = q.shape[1]
+    make = q.new_zeros if p.idle_q else q.new_empty
+    out = make((q.shape[0], heads, v.shape[-1]))
+    lse = q.new_empty((q.shape[0], heads, 1), dtype=lse_dtype(q.dtype))
+    for bucket in p.buckets:
+        qb = _read(q, bucket.q_read, bucket.n, bucket.q_len)
+        kb = _read(k, bucket.k_read, bucket.n, bucket.k_len)
+        vb = _read(v, bucket.k_read, bucket.n, bucket.k_len)
+        mask = _mask(bucket, bias, q.dtype, causal)
+        ob, lse_b = _forward_bucket(qb, kb, vb, mask, scale, causal)
+        lse_b = lse_b.unsqueeze(-1)  # [n, H, q_len, 1]
+        if bucket.q_real is None or bucket.q_real_dest is None:
+            _write(out, bucket.q_dest, ob)
+            _write(lse, bucket.q_dest, lse_b)
+        else:  # only the real rows: the outputs have no dump row (they are returned as is)
+            for target, part in ((out, ob), (lse, lse_b)):
+                rows = _rows_of(part).index_select(0, bucket.q_real)
+                target.index_copy_(0, bucket.q_real_dest, rows)
+    return out, lse.view(q.shape[0], heads)
+
+
+def _rows_of(x: Tensor) -> Tensor:
+    """``[n, H, len, D]`` -> ``[n * len, H, D]``."""
+    return x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[-1])
+
+
 class _BucketedAttention(torch.autograd.Function):
     @staticmethod
     def forward(
         q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, p: Plan, scale: float, causal: bool
     ) -> tuple[Tensor, Tensor]:
-        q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
-        heads = q.shape[1]
-        make = q.new_zeros if p.idle_q else q.new_empty
-        out = make((q.shape[0], heads, v.shape[-1]))
-        lses = []
-        for bucket in p.buckets:
-            qb = _read(q, bucket.q_read, bucket.n, bucket.q_len)
-            kb = _read(k, bucket.k_read, bucket.n, bucket.k_len)
-            vb = _read(v, bucket.k_read, bucket.n, bucket.k_len)
-            mask = _mask(bucket, bias, q.dtype, causal)
-            ob, lse = _forward_bucket(qb, kb, vb, mask, scale, causal)
-            if bucket.q_real is None or bucket.q_real_dest is None:
-                _write(out, bucket.q_dest, ob)
-            else:  # only the real rows: `out` has no dump row (it is returned as is)
-                rows = ob.transpose(1, 2).reshape(-1, heads, ob.shape[-1])
-                out.index_copy_(0, bucket.q_real_dest, rows.index_select(0, bucket.q_real))
-            lses.append(lse.transpose(1, 2).reshape(-1, heads))
-        if lses:
-            lse_all = torch.cat(lses) if len(lses) > 1 else lses[0]
-        else:
-            lse_all = q.new_empty((0, heads), dtype=lse_dtype(q.dtype))
-        return out, lse_all
+        return forward(q, k, v, bias, p, scale, causal)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -483,7 +494,7 @@ class _BucketedAttention(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor, _grad_lse: Any) -> tuple[Any, ...]:
         q, k, v, bias, out, lse = ctx.saved_tensors
         need = ctx.needs_input_grad[:4]
-        grads = _vjp(ctx.plan, q, k, v, bias, out, lse, grad, ctx.scale, ctx.causal, need)
+        grads = vjp(ctx.plan, q, k, v, bias, out, lse, grad, ctx.scale, ctx.causal, need)
         return (*(g if n else None for g, n in zip(grads, need, strict=True)), None, None, None)
 
     @staticmethod
@@ -514,7 +525,7 @@ class _BucketedAttention(torch.autograd.Function):
         return (out, lse), (1, 1)
 
 
-def _vjp(
+def vjp(
     p: Plan,
     q: Tensor,
     k: Tensor,
@@ -547,7 +558,6 @@ def _vjp(
     if need[3] and bias is not None:
         dbias = _buffer(sources, bias.shape[0], (heads,), q)
     flash = not graph and not need[3] and width == width_v and q.device.type == "cpu"
-    start = 0
     for bucket in p.buckets:
         n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
         qb = _read(q, bucket.q_read, n, q_len)
@@ -557,9 +567,8 @@ def _vjp(
         q_keep = None if bucket.q_keep is None else bucket.q_keep.view(n, 1, q_len, 1)
         if q_keep is not None:  # padded query rows carry no gradient
             gb = torch.where(q_keep, gb, 0.0)
-        count = n * q_len
-        lse_b = lse[start : start + count].view(n, q_len, heads).transpose(1, 2)
-        start += count
+        # Padded slots read the log-sum-exp of the row they were read from (the same scores).
+        lse_b = _read(lse.unsqueeze(-1), bucket.q_read, n, q_len).squeeze(-1)  # [n, H, q_len]
         mask = _mask(bucket, bias, q.dtype, causal)
         if flash and q_len >= FLASH_BACKWARD_MIN:
             ob = _read(out, bucket.q_read, n, q_len)
