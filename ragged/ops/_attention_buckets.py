@@ -21,10 +21,9 @@ plain. Index tensors that scale with the number of pairs (for a bias) are comput
 
 The kernel is an ``autograd.Function``:
 
-* ``backward`` calls torch's flash backward kernel for long buckets; for short ones (where it is
-  faster), for a bias that needs a gradient (the kernel does not return one), and for other
-  head widths of ``v``, it recomputes the bucket's probabilities from the saved log-sum-exp
-  with batched matmuls. Results go into buffers made from the incoming gradient, so it runs
+* ``backward`` calls torch's flash backward kernel; for a bias that needs a gradient (the kernel
+  does not return one) and for other head widths of ``v`` it recomputes the bucket's
+  probabilities from the saved log-sum-exp with batched matmuls. Results go into buffers made from the incoming gradient, so it runs
   batched too (``autograd.grad(..., is_grads_batched=True)``; the flash kernel then runs through
   vmap's slow fallback, with torch's performance warning). When a graph of the gradient is being built
   (double backward), the matmul formulas run out of place with a differentiable softmax.
@@ -57,9 +56,10 @@ from .._partition import RowPartition
 CALL_COST = 0
 COMPOSITE_BLOCK = 32  # block size of the composite path in eager mode (dropout)
 
-# Buckets with at least this many query rows use torch's flash backward kernel (faster for long
-# segments, slower for short ones than batched matmuls, measured here).
-FLASH_BACKWARD_MIN = 64
+# Buckets with at least this many query rows use torch's flash backward kernel when they can.
+# Measured here it is as fast as the batched matmuls or faster for every bucket shape but very
+# many very short segments, and one call instead of a dozen.
+FLASH_BACKWARD_MIN = 1
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
