@@ -13,9 +13,7 @@ stack, as in AlphaFold 3's Pairformer:
 Each block updates ``z`` with the gated triangle multiplicative updates, outgoing then incoming
 (``ragged.triangle_multiply``, with ``ragged.layer_norm`` around it), and a pair transition
 (an MLP applied with ``ragged.map``); then ``s`` with pair-biased attention (``ragged.attention``
-when the library has it; otherwise scores ``ragged.pair_dot(q, k)`` over heads plus the bias,
-``ragged.softmax`` over ``j`` and the weighted sum ``ragged.pair_matmul(p, v)``) and a
-transition.
+with the projected pair representation as a per-head bias) and a transition.
 A linear head on ``z`` predicts every pairwise distance; the loss is their mean squared error.
 The input features are a random residue type and the residue's coordinates with noise, so the
 distances are learnable.
@@ -192,14 +190,13 @@ class PairBiasedAttention(nn.Module):
 def attend(
     q: RaggedArray, k: RaggedArray, v: RaggedArray, bias: RaggedArray, scale: float
 ) -> RaggedArray:
-    """Attention within each protein: ``ragged.attention`` when the library has it, else the
-    same computation written with pair-map ops."""
-    if hasattr(ragged, "attention"):
-        return ragged.attention(q.with_values(q.values * scale), k, v, bias=bias)
-    scores = ragged.pair_dot(q, k, scale=scale) + bias  # (B, N*, N*, H)
-    p = ragged.softmax(scores, axis=2)  # over j
-    # ragged.sum(p[..., None] * v[:, None], axis=2), without the (B, N*, N*, H, D) product:
-    return ragged.pair_matmul(p, v)  # (B, N*, H, D)
+    """Attention within each protein, with the pair representation as a per-head bias.
+
+    ``ragged.attention`` computes, per protein, ``softmax(q @ k^T * scale + bias) @ v``; the same
+    thing in pair-map ops is ``ragged.pair_matmul(ragged.softmax(ragged.pair_dot(q, k,
+    scale=scale) + bias, axis=2), v)``, which materialises the ``(B, N*, N*, H)`` probabilities.
+    """
+    return ragged.attention(q, k, v, scale=scale, bias=bias)
 
 
 class PairformerBlock(nn.Module):
@@ -232,7 +229,11 @@ class PairformerBlock(nn.Module):
 
 
 class Pairformer(nn.Module):
-    """Embedding, a stack of blocks, and a distance head on the pair representation."""
+    """Embedding, a stack of blocks, and a distance head on the pair representation.
+
+    Before the head the final single representation joins the pair one as an outer sum of two
+    projections, so the attention (which updates only ``s``) is trained by the distance loss.
+    """
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
@@ -241,6 +242,8 @@ class Pairformer(nn.Module):
         self.right = nn.Linear(cfg.single, cfg.pair)
         self.relpos = nn.Embedding(2 * MAX_OFFSET + 1, cfg.pair)
         self.blocks = nn.ModuleList(PairformerBlock(cfg) for _ in range(cfg.blocks))
+        self.final_left = nn.Linear(cfg.single, cfg.pair)
+        self.final_right = nn.Linear(cfg.single, cfg.pair)
         self.head_norm = nn.LayerNorm(cfg.pair)
         self.head = nn.Linear(cfg.pair, 1)
 
@@ -260,6 +263,7 @@ class Pairformer(nn.Module):
         )  # an equal partition
         for block in self.blocks:
             s, z = block(s, z)
+        z = z + ragged.outer(ragged.map(self.final_left, s), ragged.map(self.final_right, s))
         return ragged.map(self._distance, z)
 
     def padded(self, features: Tensor, mask: Tensor) -> Tensor:
@@ -272,6 +276,7 @@ class Pairformer(nn.Module):
         z = z + self._relpos(index[:, None] - index[None, :])
         for block in self.blocks:
             s, z = block.padded(s, z, mask, pair_mask)
+        z = z + self.final_left(s)[:, :, None] + self.final_right(s)[:, None, :]
         return self._distance(z)
 
 

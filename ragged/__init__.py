@@ -15,6 +15,7 @@ tensor([[0., 1., 2.],
 from . import _pytree, _serialization, func
 from . import data as data  # ragged.data: collate, batch samplers, micro-batch planner
 from . import distributed as distributed  # ragged.distributed: collectives and sharding
+from . import nn as nn  # ragged.nn: LayerNorm, multi-head attention, Transformer encoder
 from ._array import RaggedArray as RaggedArray
 from ._convert import to_list as to_list
 from ._convert import to_mask as to_mask
@@ -40,6 +41,7 @@ from .interop import to_danling as to_danling
 from .interop import to_hf as to_hf
 from .interop import to_packed_sequence as to_packed_sequence
 from .interop import to_pyg as to_pyg
+from .ops import _attention as _ops_attention
 from .ops import _combine as _ops_combine
 from .ops import _einsum as _ops_einsum
 from .ops import _elementwise as _ops_elementwise
@@ -53,6 +55,7 @@ from .ops import _sample as _ops_sample
 from .ops import _scan as _ops_scan
 from .ops import _sort as _ops_sort
 from .ops import _statistics as _ops_statistics
+from .ops._attention import *  # noqa: F403
 from .ops._combine import *  # noqa: F403
 from .ops._einsum import *  # noqa: F403
 from .ops._elementwise import *  # noqa: F403
@@ -98,6 +101,7 @@ __all__ = [
     "to_pyg",
     "unbind",
 ]
+__all__ += _ops_attention.__all__
 __all__ += _ops_combine.__all__
 __all__ += _ops_einsum.__all__
 __all__ += _ops_elementwise.__all__

@@ -44,3 +44,15 @@ def test_pairformer_example_trains_and_matches_padding():
     losses = [float(line.split()[-1]) for line in out.splitlines() if line.startswith("step")]
     assert losses[-1] < losses[0], out
     assert "peak memory of one step" in out
+
+
+def test_classifier_example_learns_and_matches_padded():
+    out = run_example("classifier.py")
+    accuracies = [
+        float(line.split("test accuracy ")[1].split(",")[0])
+        for line in out.splitlines()
+        if "test accuracy" in line
+    ]
+    before = float(out.splitlines()[0].split(": ")[1])
+    assert accuracies[-1] > before + 0.1, out
+    assert "same logits: True" in out, out

@@ -209,7 +209,8 @@ class _Collator:
         partition = self.partitions.get(lengths)
         if partition is None:
             lengths_t = torch.tensor(lengths, dtype=torch.int64, device=values.device)
-            level = RowPartition.from_lengths(lengths_t, total, max(lengths))
+            squares = sum(n * n for n in lengths)  # pair maps over it need no device read
+            level = RowPartition.from_lengths(lengths_t, total, max(lengths), squares)
             partition = self.partitions[lengths] = Partition((level,))
         return RaggedArray(values, partition)
 

@@ -5,6 +5,7 @@ names in a literal ``__all__``.
 """
 
 from . import (
+    _attention,
     _combine,
     _einsum,
     _elementwise,
@@ -19,6 +20,7 @@ from . import (
     _sort,
     _statistics,
 )
+from ._attention import *  # noqa: F403
 from ._combine import *  # noqa: F403
 from ._einsum import *  # noqa: F403
 from ._elementwise import *  # noqa: F403
@@ -34,6 +36,7 @@ from ._sort import *  # noqa: F403
 from ._statistics import *  # noqa: F403
 
 __all__: list[str] = []
+__all__ += _attention.__all__
 __all__ += _combine.__all__
 __all__ += _einsum.__all__
 __all__ += _elementwise.__all__

@@ -186,6 +186,7 @@ def or_empty(
 
 # One table module per op family; each defines OPS.
 MODULES = [
+    "attention",
     "combine",
     "elementwise",
     "indexing",

@@ -1,0 +1,415 @@
+"""A BERT-style encoder on variable-length batches: ragged against padding and the alternatives.
+
+Model: 4 post-norm Transformer encoder layers (d=256, 4 heads, feed-forward 1024, ReLU,
+dropout 0), the weights of one ``nn.TransformerEncoder`` shared by every variant. Batches:
+
+* ``B=32`` sequences with skewed lengths in [8, 512] (one of length 512; padded/real ~4.4);
+* ``B=512`` short sequences with skewed lengths in [8, 64].
+
+Variants (``--variants`` picks some):
+
+* ``padded``: ``nn.TransformerEncoder`` on the padded batch with ``src_key_padding_mask`` (torch's
+  inference fast path disabled, so it computes what it is given);
+* ``padded-sdpa``: the same layers written by hand on the padded batch, with
+  ``F.scaled_dot_product_attention`` and a key padding mask;
+* ``ragged``: ``ragged.nn.RaggedTransformerEncoder`` on a RaggedArray (built per call from host
+  lengths, as ``ragged.data.collate`` does: its attention plan is rebuilt every call);
+* ``nested``: the hand-written layers on a ``torch.nested`` jagged tensor (NJT) with
+  ``F.scaled_dot_product_attention`` (``nn.TransformerEncoderLayer`` rejects NJT inputs outside
+  its inference fast path in torch 2.13);
+* ``loop``: packed linear layers and layer norms on the concatenated rows, attention as one
+  ``F.scaled_dot_product_attention`` per sequence (split, attend, concatenate);
+* ``danling``: ``nn.TransformerEncoder`` called on a DanLing ``NestedTensor`` (its handlers pad
+  where they need to);
+* ``fastpath`` (forward only): ``nn.TransformerEncoder`` in eval mode under ``no_grad`` with
+  torch's fast path, which converts the padded batch to a nested tensor internally.
+
+Each runs eager and, with ``--compile``, under ``torch.compile`` (Inductor) where it compiles;
+forward (``no_grad``) and forward+backward (loss = sum of outputs). Times are the median of
+``--reps`` runs of CPU time of this process (``time.process_time``: the machine may be shared;
+with one thread it equals wall time on an idle machine). One thread by default.
+
+The table reports the occupancy (real/padded tokens), the padded/packed FLOP ratio (linear layers
+and attention's quadratic term) and every variant's speedup over ``padded`` in the same mode.
+
+Run: ``python benchmarks/encoder.py [--compile] [--quick]`` (``--quick``: a small smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import ragged
+
+E, HEADS, FF, LAYERS = 256, 4, 1024, 4
+
+
+# --- data -------------------------------------------------------------------------------------
+
+
+def skewed_lengths(n: int, low: int, high: int, seed: int) -> list[int]:
+    """Lengths ``low + (high - low) * u**3.7`` (mostly short, a long tail), one of ``high``."""
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=gen, dtype=torch.float64)
+    lengths = (low + (high - low) * u**3.7).round().long().tolist()
+    lengths[int(torch.randint(n, (1,), generator=gen))] = high
+    return lengths
+
+
+def flops(lengths: list[int], padded: bool) -> float:
+    """Forward FLOPs of the encoder: linear layers per token, attention per pair."""
+    tokens = len(lengths) * max(lengths) if padded else sum(lengths)
+    pairs = len(lengths) * max(lengths) ** 2 if padded else sum(n * n for n in lengths)
+    linear = 2 * tokens * (4 * E * E + 2 * E * FF)
+    attention = 2 * 2 * pairs * E  # q k^T and p v
+    return LAYERS * (linear + attention)
+
+
+# --- hand-written layers (padded, NJT and loop variants share them) ---------------------------
+
+
+class Weights:
+    """The tensors of one ``nn.TransformerEncoderLayer``."""
+
+    def __init__(self, layer: torch.nn.TransformerEncoderLayer) -> None:
+        self.in_w, self.in_b = layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias
+        self.out_w, self.out_b = layer.self_attn.out_proj.weight, layer.self_attn.out_proj.bias
+        self.w1, self.b1 = layer.linear1.weight, layer.linear1.bias
+        self.w2, self.b2 = layer.linear2.weight, layer.linear2.bias
+        self.n1 = (layer.norm1.weight, layer.norm1.bias)
+        self.n2 = (layer.norm2.weight, layer.norm2.bias)
+
+
+def _norm(x: Any, params: tuple[torch.Tensor, torch.Tensor]) -> Any:
+    return F.layer_norm(x, (E,), params[0], params[1])
+
+
+def _feed_forward(x: Any, w: Weights) -> Any:
+    return F.linear(F.relu(F.linear(x, w.w1, w.b1)), w.w2, w.b2)
+
+
+class PaddedSDPA(torch.nn.Module):
+    """Post-norm layers on ``[B, L, E]`` with ``F.scaled_dot_product_attention``."""
+
+    def __init__(self, encoder: torch.nn.TransformerEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        mask = keep.view(b, 1, 1, n)
+        for layer in self.encoder.layers:
+            w = Weights(layer)
+            qkv = F.linear(x, w.in_w, w.in_b).view(b, n, 3, HEADS, E // HEADS)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            att = F.linear(att.transpose(1, 2).reshape(b, n, E), w.out_w, w.out_b)
+            x = _norm(x + att, w.n1)
+            x = _norm(x + _feed_forward(x, w), w.n2)
+        return x
+
+
+class NestedSDPA(torch.nn.Module):
+    """Post-norm layers on a jagged NJT ``(B, j, E)``."""
+
+    def __init__(self, encoder: torch.nn.TransformerEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.contiguous().unflatten(-1, [HEADS, E // HEADS]).transpose(1, 2)
+
+        for layer in self.encoder.layers:
+            w = Weights(layer)
+            q, k, v = F.linear(x, w.in_w, w.in_b).chunk(3, dim=-1)
+            att = F.scaled_dot_product_attention(heads(q), heads(k), heads(v))
+            att = F.linear(att.transpose(1, 2).flatten(-2), w.out_w, w.out_b)
+            x = _norm(x + att, w.n1)
+            x = _norm(x + _feed_forward(x, w), w.n2)
+        return x
+
+
+class Loop(torch.nn.Module):
+    """Packed rows ``[T, E]``; attention one sequence at a time."""
+
+    def __init__(self, encoder: torch.nn.TransformerEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+        for layer in self.encoder.layers:
+            w = Weights(layer)
+            qkv = F.linear(x, w.in_w, w.in_b).view(-1, 3, HEADS, E // HEADS)
+            outs = []
+            for seq in qkv.split(lengths):
+                q, k, v = seq.permute(1, 2, 0, 3).unsqueeze(1).unbind(0)  # [1, H, L, D] each
+                outs.append(F.scaled_dot_product_attention(q, k, v)[0].transpose(0, 1))
+            att = F.linear(torch.cat(outs).reshape(-1, E), w.out_w, w.out_b)
+            x = _norm(x + att, w.n1)
+            x = _norm(x + _feed_forward(x, w), w.n2)
+        return x
+
+
+# --- variants ---------------------------------------------------------------------------------
+
+
+class Batch:
+    """One batch in every representation (built once; the ragged one per call)."""
+
+    def __init__(self, lengths: list[int], seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.lengths = lengths
+        self.values = torch.randn(sum(lengths), E, generator=gen)
+        segments = list(self.values.split(lengths))
+        self.padded = torch.nn.utils.rnn.pad_sequence(segments, batch_first=True)
+        width = self.padded.shape[1]
+        self.keep = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+        self.segments = segments
+
+
+def _leaf(t: torch.Tensor, grad: bool) -> torch.Tensor:
+    return t.detach().requires_grad_(grad)
+
+
+def make_variants(
+    encoder: torch.nn.TransformerEncoder, batch: Batch
+) -> dict[str, Callable[[Any, bool], torch.Tensor]]:
+    """Each variant: ``run(model, grad) -> a tensor of real rows`` (``model`` may be compiled)."""
+    ragged_model = ragged.nn.RaggedTransformerEncoder(
+        ragged.nn.RaggedTransformerEncoderLayer(E, HEADS, FF, dropout=0.0), LAYERS
+    )
+    ragged_model.load_state_dict(encoder.state_dict())
+    ragged_model.eval()
+    models: dict[str, Any] = {
+        "padded": encoder,
+        "padded-sdpa": PaddedSDPA(encoder),
+        "ragged": ragged_model,
+        "nested": NestedSDPA(encoder),
+        "loop": Loop(encoder),
+        "danling": encoder,
+        "fastpath": _fast_encoder(encoder),
+    }
+
+    def padded(model: Any, grad: bool) -> torch.Tensor:
+        return model(_leaf(batch.padded, grad), src_key_padding_mask=~batch.keep)[batch.keep]
+
+    def padded_sdpa(model: Any, grad: bool) -> torch.Tensor:
+        return model(_leaf(batch.padded, grad), batch.keep)[batch.keep]
+
+    def ragged_run(model: Any, grad: bool) -> torch.Tensor:
+        x = ragged.from_lengths(_leaf(batch.values, grad), batch.lengths)  # a new partition
+        return model(x).values
+
+    def nested(model: Any, grad: bool) -> torch.Tensor:
+        x = torch.nested.nested_tensor_from_jagged(
+            _leaf(batch.values, grad), offsets=_offsets(batch.lengths)
+        )
+        return model(x).values()
+
+    def loop(model: Any, grad: bool) -> torch.Tensor:
+        return model(_leaf(batch.values, grad), batch.lengths)
+
+    def danling(model: Any, grad: bool) -> torch.Tensor:
+        from danling import NestedTensor
+
+        x = NestedTensor([_leaf(s, grad) for s in batch.segments])
+        return model(x).concat
+
+    def fastpath(model: Any, grad: bool) -> torch.Tensor:
+        if grad:
+            raise RuntimeError("forward only (inference fast path)")
+        with _fastpath(True):
+            return model(batch.padded, src_key_padding_mask=~batch.keep)[batch.keep]
+
+    runs = {
+        "padded": padded,
+        "padded-sdpa": padded_sdpa,
+        "ragged": ragged_run,
+        "nested": nested,
+        "loop": loop,
+        "danling": danling,
+        "fastpath": fastpath,
+    }
+    return {name: (models[name], run) for name, run in runs.items()}  # type: ignore[misc]
+
+
+def _fast_encoder(encoder: torch.nn.TransformerEncoder) -> torch.nn.TransformerEncoder:
+    """The same weights in an encoder that may convert padded input to a nested tensor."""
+    layer = torch.nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0, batch_first=True)
+    fast = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=True)
+    fast.load_state_dict(encoder.state_dict())
+    return fast.eval()
+
+
+def _offsets(lengths: list[int]) -> torch.Tensor:
+    return F.pad(torch.tensor(lengths).cumsum(0), (1, 0))
+
+
+class _fastpath:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __enter__(self) -> None:
+        self.before = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(self.enabled)
+
+    def __exit__(self, *_: Any) -> None:
+        torch.backends.mha.set_fastpath_enabled(self.before)
+
+
+# --- timing -----------------------------------------------------------------------------------
+
+
+def jobs(model: Any, run: Callable[[Any, bool], torch.Tensor]) -> dict[str, Callable[[], Any]]:
+    """The two measured calls of a variant: forward under ``no_grad``, forward+backward."""
+
+    def forward() -> None:
+        with torch.no_grad():
+            run(model, False)
+
+    def forward_backward() -> None:
+        out = run(model, True)
+        out.sum().backward()
+
+    return {"fwd": forward, "fwd+bwd": forward_backward}
+
+
+def _failure(error: Exception) -> str:
+    if "forward only" in str(error):
+        return "n/a"
+    return f"fails: {type(error).__name__}: {str(error).splitlines()[0][:60]}"
+
+
+def check_outputs(variants: dict[str, Any], names: list[str]) -> dict[str, str]:
+    """Max |difference| of every variant's forward against ``padded``."""
+    with torch.no_grad():
+        model, run = variants["padded"]
+        reference = run(model, False)
+        notes = {}
+        for name in names:
+            model, run = variants[name]
+            try:
+                notes[name] = f"{(run(model, False) - reference).abs().max().item():.1e}"
+            except Exception as error:
+                notes[name] = f"fails: {type(error).__name__}"
+    return notes
+
+
+def benchmark(name: str, lengths: list[int], args: argparse.Namespace) -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
+    encoder.eval()  # dropout is 0 anyway; eval keeps torch's layers from calling it
+    batch = Batch(lengths, seed=1)
+    variants = make_variants(encoder, batch)
+    names = [v for v in args.variants if v in variants]
+    real, padded = sum(lengths), len(lengths) * max(lengths)
+    ratio = flops(lengths, True) / flops(lengths, False)
+    print(
+        f"\n## {name}: B={len(lengths)}, lengths {min(lengths)}..{max(lengths)}, "
+        f"{real} real tokens; occupancy (real/padded tokens) {real / padded:.3f} "
+        f"(padded/real {padded / real:.2f}); padded/packed FLOP ratio {ratio:.2f}; "
+        f"{args.threads} thread(s), median of {args.reps}, CPU ms"
+    )
+    diffs = check_outputs(variants, names)
+    modes = ["eager", "compiled"] if args.compile else ["eager"]
+    calls: dict[tuple[str, str, str], Callable[[], Any]] = {}
+    results: dict[tuple[str, str, str], Any] = {}
+    for mode in modes:
+        for variant in names:
+            model, run = variants[variant]
+            if mode == "compiled":
+                if variant in ("loop", "fastpath"):
+                    continue  # a Python loop over sequences recompiles per batch; fastpath is eager
+                model = torch.compile(model, dynamic=True)
+            for direction, call in jobs(model, run).items():
+                key = (variant, mode, direction)
+                started = time.perf_counter()
+                try:
+                    call()  # warm-up (and compilation)
+                    calls[key] = call
+                except Exception as error:  # report what fails, keep going
+                    results[key] = _failure(error)
+                elapsed = time.perf_counter() - started
+                print(f"   ... {variant} {mode} {direction}: warm-up {elapsed:.1f}s", flush=True)
+    # Round robin: every repetition runs every call once, so load changes on a shared machine
+    # hit all variants alike.
+    times: dict[tuple[str, str, str], list[float]] = {key: [] for key in calls}
+    for _ in range(args.reps):
+        for key, call in calls.items():
+            started = time.process_time()
+            call()
+            times[key].append(1e3 * (time.process_time() - started))
+    for key, values in times.items():
+        results[key] = statistics.median(values)
+    header = (
+        f"| {'variant':<12} | {'mode':<8} | {'fwd ms':>9} | {'speedup':>8} | "
+        f"{'fwd+bwd ms':>10} | {'speedup':>8} | max diff |"
+    )
+    print(header)
+    print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
+    failures = []
+    for mode in modes:
+        for variant in names:
+            if (variant, mode, "fwd") not in results:
+                continue
+            cells = []
+            for direction in ("fwd", "fwd+bwd"):
+                value = results[(variant, mode, direction)]
+                base = results.get(("padded", mode, direction))
+                if isinstance(value, str):
+                    cells += [value if value == "n/a" else "fails", ""]
+                    if value != "n/a":
+                        failures.append(f"{variant} {mode} {direction}: {value}")
+                else:
+                    speedup = f"{base / value:.2f}x" if isinstance(base, float) else "-"
+                    cells += [f"{value:.1f}", speedup]
+            print(
+                f"| {variant:<12} | {mode:<8} | {cells[0]:>9} | {cells[1]:>8} | {cells[2]:>10} | "
+                f"{cells[3]:>8} | {diffs.get(variant, '-'):>8} |"
+            )
+    for failure in failures:
+        print(f"  {failure}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small batches, 1 rep (smoke run)")
+    parser.add_argument("--compile", action="store_true", help="also run under torch.compile")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    all_variants = ["padded", "padded-sdpa", "ragged", "nested", "loop", "danling", "fastpath"]
+    parser.add_argument("--variants", nargs="+", default=all_variants, choices=all_variants)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.backends.mha.set_fastpath_enabled(False)  # padded means padded (see "fastpath")
+    torch._dynamo.config.cache_size_limit = 64  # one module compiled for several input types
+    logging.getLogger("torch.nested").setLevel(logging.ERROR)  # NJT SDPA backend notes
+    warnings.filterwarnings("ignore", category=UserWarning)
+    if args.quick:
+        args.reps = 1
+        settings = [
+            ("long", skewed_lengths(8, 8, 128, seed=0)),
+            ("short", skewed_lengths(64, 8, 32, seed=1)),
+        ]
+    else:
+        settings = [
+            ("long, skewed", skewed_lengths(32, 8, 512, seed=0)),
+            ("many short", skewed_lengths(512, 8, 64, seed=1)),
+        ]
+    for name, lengths in settings:
+        benchmark(name, lengths, args)
+
+
+if __name__ == "__main__":
+    main()

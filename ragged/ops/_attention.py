@@ -1,0 +1,307 @@
+"""Variable-length attention: ``ragged.attention``.
+
+Axis rule: **keep all** for the queries: the output has the shape and the partition object of
+``q`` (with ``v``'s head width). Every segment attends over its own keys only; nothing is padded
+to the longest segment.
+
+Two implementations with one semantics (the reference is
+``F.scaled_dot_product_attention`` on each segment, transposed to ``(H, L, Dh)``):
+
+* eager (``ragged/ops/_attention_buckets.py``): segments grouped into length buckets, one call
+  of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host once per
+  partition object (cached, weakly) to plan the buckets. Under ``torch.compile`` on CPU the same
+  kernel runs as an opaque custom op (``_attention_op.py``): one graph across batches with
+  static shapes; it reads the lengths from memory when it runs.
+* on other devices under ``torch.compile``, with :data:`TILES_UNDER_COMPILE`, or with dropout
+  (``ragged/ops/_attention_tiles.py``): block tiles of each segment, batched matmuls and segment
+  softmax, with static sizes only. No host read: one graph across batches under
+  ``torch.compile(dynamic=True)``.
+
+Memory is ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist) in both, never ``O(B * Lmax^2)``.
+Semantics decisions are in ``docs/semantics.md`` (section "Attention semantics").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._array import RaggedArray
+from .._broadcast import _shape_text
+from .._errors import type_error, typename, value_error
+from .._partition import RowPartition
+from . import _attention_buckets as buckets
+from ._attention_op import bucketed_attention as bucketed_attention_op
+from ._attention_tiles import (
+    COMPILE_BLOCK,
+    Geometry,
+    block_bound,
+    tile_bound,
+    tiled_attention,
+)
+
+__all__ = ["attention"]
+
+_FUNC = "ragged.attention"
+
+# Under torch.compile on CPU the eager bucket kernel runs as an opaque custom op (see
+# _attention_op.py: one graph, no unbacked sizes; it reads the lengths from memory when it runs).
+# Set this to compile the sync-free tiled formulation instead, as on other devices.
+TILES_UNDER_COMPILE = False
+
+BIAS_PARTITION = (
+    "must be a pair map (B, Lq*, Lk*, H) with the partition "
+    "ragged.Partition.outer(q.partition.levels[0], k.partition.levels[0])"
+)
+
+
+def attention(
+    q: RaggedArray,
+    k: RaggedArray,
+    v: RaggedArray,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    bias: RaggedArray | None = None,
+    dropout_p: float | None = None,
+) -> RaggedArray:
+    """Scaled dot-product attention within each segment.
+
+    For every segment ``b`` this is ``F.scaled_dot_product_attention`` on the segment's rows
+    transposed to ``(H, L, Dh)``: query row ``i`` of segment ``b`` attends over the keys of
+    segment ``b`` only::
+
+        out[b] = softmax(q[b] @ k[b]^T * scale + bias[b]) @ v[b]     # per head
+
+    Args:
+        q: queries ``(B, Lq*, H, Dh)``.
+        k: keys ``(B, Lk*, H, Dh)``. With the partition of ``q`` this is self-attention;
+            with another partition (same ``B``) it is cross-attention.
+        v: values ``(B, Lk*, H, Dv)``, with the partition of ``k``.
+        causal: query ``i`` attends to keys ``j <= i`` only (self-attention only: ``q`` and
+            ``k`` must have equal partitions).
+        scale: the factor of the scores; default ``1 / sqrt(Dh)``.
+        bias: an additive pair bias ``(B, Lq*, Lk*, H)``: a RaggedArray with partition
+            ``ragged.Partition.outer(q.partition.levels[0], k.partition.levels[0])`` whose
+            values ``[sum_b Lq_b * Lk_b, H]`` hold each segment's ``Lq_b x Lk_b`` block
+            row-major. Differentiable. Use ``-inf`` entries to mask pairs out.
+        dropout_p: dropout probability on the attention weights; ``None`` or 0 for none (use
+            that in evaluation). A positive value runs the composite path (slower than the
+            eager kernel).
+
+    Returns:
+        ``(B, Lq*, H, Dv)`` with the partition object and axis names of ``q``. An empty
+        segment gives an empty segment; a query row whose segment has no keys (``Lk_b = 0``)
+        gives 0.
+
+    Host reads: in eager mode the segment lengths are read once per partition object (one
+    host sync, then cached). Under ``torch.compile`` the graph has none: on CPU the kernel is a
+    custom op that reads the lengths from memory when it runs; elsewhere the tiled formulation
+    needs no read, except in cross-attention without a ``bias`` when the keys' maximum length is
+    not known statically (it is whenever the partition came from host data).
+
+    Raises:
+        TypeError: an argument is not a RaggedArray, or dtypes differ or are not floating.
+        ValueError: shapes, batch sizes, heads or partitions do not match, or ``causal`` with
+            different partitions.
+
+    >>> import ragged, torch
+    >>> torch.manual_seed(0) and None
+    >>> x = ragged.from_lengths(torch.randn(5, 2, 4), [2, 0, 3])  # (B=3, L*, H=2, Dh=4)
+    >>> out = ragged.attention(x, x, x, causal=True)
+    >>> out.shape, out.partition is x.partition
+    (RaggedShape(3, [2, 0, 3], 2, 4), True)
+    >>> segment = x[2].transpose(0, 1)  # (H, L, Dh)
+    >>> ref = torch.nn.functional.scaled_dot_product_attention(
+    ...     segment, segment, segment, is_causal=True)
+    >>> torch.allclose(out[2], ref.transpose(0, 1), atol=1e-6)
+    True
+    """
+    _check_arrays(q, k, v)
+    q_level, k_level = q.partition.levels[0], k.partition.levels[0]
+    same = q.partition is k.partition
+    if causal and not same:
+        if not q.partition.equals(k.partition):
+            raise value_error(
+                _FUNC,
+                "causal",
+                "needs self-attention: q and k with equal partitions",
+                f"q {_shape_text(q)} and k {_shape_text(k)}",
+            )
+        same = True
+    if scale is None:
+        # int(): the head width is a model constant; a symbolic scale would make Dynamo
+        # restart its analysis to turn the float into a tensor.
+        scale = 1.0 / math.sqrt(int(q.values.shape[-1]))
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise type_error(_FUNC, "scale", "must be a float or None", typename(scale))
+    if dropout_p is None:
+        dropout_p = 0.0
+    elif isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise type_error(_FUNC, "dropout_p", "must be a float or None", typename(dropout_p))
+    elif not 0.0 <= dropout_p < 1.0:
+        raise value_error(_FUNC, "dropout_p", "must be in [0, 1)", dropout_p)
+    bias_values = None if bias is None else _check_bias(bias, q, k)
+    scale = float(scale)
+    if torch.compiler.is_compiling():
+        if q.device.type == "cpu" and dropout_p == 0.0 and not TILES_UNDER_COMPILE:
+            out, _ = bucketed_attention_op(
+                q.values,
+                k.values,
+                v.values,
+                bias_values,
+                q_level.lengths,
+                k_level.lengths,
+                scale,
+                causal,
+            )
+        else:
+            geometry = _static_geometry(q, k, bias_values, same)
+            out = tiled_attention(
+                q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
+            )
+    else:
+        plan = buckets.plan(q_level, k_level, q.values.shape[1] * q.values.shape[2])
+        if dropout_p > 0.0:
+            geometry = _host_geometry(q_level, k_level, plan)
+            out = tiled_attention(
+                q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
+            )
+        else:
+            out = buckets.bucketed_attention(
+                q.values, k.values, v.values, bias_values, plan, scale, causal
+            )
+    return RaggedArray(out, q.partition, q.axes)
+
+
+# --- checks -----------------------------------------------------------------------------------
+
+
+def _check_arrays(q: Any, k: Any, v: Any) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, RaggedArray):
+            raise type_error(_FUNC, name, "must be a RaggedArray", typename(x))
+        if x.ragged_ndim != 1:
+            raise NotImplementedError(f"{_FUNC}: `{name}` with more than one ragged axis.")
+        if x.values.dim() != 3:
+            raise value_error(_FUNC, name, "must have shape (B, L*, H, Dh)", _shape_text(x))
+        if not x.dtype.is_floating_point:
+            raise type_error(_FUNC, name, "must have a floating-point dtype", x.dtype)
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise type_error(_FUNC, name, f"must have the dtype of `q` ({q.dtype})", x.dtype)
+        if x.device != q.device:
+            raise value_error(_FUNC, name, f"must be on the device of `q` ({q.device})", x.device)
+    if k.num_segments != q.num_segments:
+        raise value_error(
+            _FUNC, "k", f"must have the batch size of `q` ({q.num_segments})", k.num_segments
+        )
+    if v.partition is not k.partition and not v.partition.equals(k.partition):
+        raise value_error(
+            _FUNC,
+            "v",
+            "must have the partition of `k` (keys and values pair up row by row)",
+            f"k {_shape_text(k)} and v {_shape_text(v)}",
+        )
+    heads, width = q.values.shape[1:]
+    if k.values.shape[1:] != (heads, width):
+        raise value_error(
+            _FUNC,
+            "k",
+            f"must have the heads and head width of `q` ({heads}, {width})",
+            tuple(k.values.shape[1:]),
+        )
+    if v.values.shape[1] != heads:
+        raise value_error(_FUNC, "v", f"must have the heads of `q` ({heads})", v.values.shape[1])
+
+
+def _check_bias(bias: Any, q: RaggedArray, k: RaggedArray) -> Tensor:
+    if not isinstance(bias, RaggedArray):
+        raise type_error(_FUNC, "bias", "must be a RaggedArray or None", typename(bias))
+    heads = q.values.shape[1]
+    if bias.ragged_ndim != 2 or bias.values.dim() != 2 or bias.values.shape[1] != heads:
+        expected = f"must have shape (B, Lq*, Lk*, H) with H = {heads}"
+        raise value_error(_FUNC, "bias", expected, _shape_text(bias))
+    if bias.dtype != q.dtype:
+        raise type_error(_FUNC, "bias", f"must have the dtype of `q` ({q.dtype})", bias.dtype)
+    rows, columns = bias.partition.levels
+    q_level, k_level = q.partition.levels[0], k.partition.levels[0]
+    if rows is q_level and columns.columns is k_level:
+        return bias.values
+    if not (_equal(rows.offsets, q_level.offsets) and _equal(columns.lengths, _widths(q, k))):
+        raise value_error(_FUNC, "bias", BIAS_PARTITION, _shape_text(bias))
+    return bias.values
+
+
+def _widths(q: RaggedArray, k: RaggedArray) -> Tensor:
+    """``Lk_b`` for every query row: the row lengths of the pair map's second level."""
+    return k.lengths.index_select(0, q.partition.levels[0].row_ids)
+
+
+def _equal(a: Tensor, b: Tensor) -> bool:
+    return a.shape == b.shape and bool(torch.equal(a, b))
+
+
+# --- geometry of the composite path -----------------------------------------------------------
+
+
+def _pair_offsets(q_level: RowPartition, k_level: RowPartition) -> Tensor:
+    counts = q_level.lengths * k_level.lengths
+    return torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
+
+
+def _static_geometry(q: RaggedArray, k: RaggedArray, bias: Tensor | None, same: bool) -> Geometry:
+    """Bounds that need no host read: from sizes and the partitions' static metadata."""
+    q_level, k_level = q.partition.levels[0], k.partition.levels[0]
+    s = COMPILE_BLOCK
+    num = q.num_segments
+    q_total, k_total = q.values.shape[0], k.values.shape[0]
+    q_blocks = block_bound(q_total, num, s)
+    k_blocks = block_bound(k_total, num, s)
+    pairs = None
+    if bias is not None:
+        pairs = bias.shape[0]
+    elif same and q_level.sum_squares is not None:
+        pairs = q_level.sum_squares
+    if pairs is not None:
+        tiles = tile_bound(pairs, q_total, k_total, num, s)
+    elif k_level.max_length is not None:
+        # sum_b ceil(Lq_b / s) * ceil(Lk_b / s) <= (query blocks) * ceil(max Lk / s)
+        tiles = q_blocks * ((k_level.max_length + s - 1) // s + 1)
+    elif q_level.max_length is not None:
+        tiles = k_blocks * ((q_level.max_length + s - 1) // s + 1)
+    else:  # nothing static to bound the tiles with: read the pair count (documented)
+        tiles = tile_bound(int((q_level.lengths * k_level.lengths).sum()), q_total, k_total, num, s)
+    return Geometry(
+        q_level.lengths,
+        q_level.offsets,
+        q_level.row_ids,
+        k_level.lengths,
+        k_level.offsets,
+        _pair_offsets(q_level, k_level) if bias is not None else None,
+        q_blocks,
+        k_blocks,
+        tiles,
+        s,
+    )
+
+
+def _host_geometry(q_level: RowPartition, k_level: RowPartition, plan: buckets.Plan) -> Geometry:
+    """The composite path's geometry with exact counts from the host lengths (eager mode)."""
+    s = buckets.COMPOSITE_BLOCK
+    lq, lk = plan.host_q, plan.host_k
+    return Geometry(
+        q_level.lengths,
+        q_level.offsets,
+        q_level.row_ids,
+        k_level.lengths,
+        k_level.offsets,
+        _pair_offsets(q_level, k_level),
+        sum(-(-n // s) for n in lq),
+        sum(-(-n // s) for n in lk),
+        sum(-(-a // s) * -(-c // s) for a, c in zip(lq, lk, strict=True)),
+        s,
+    )

@@ -1,0 +1,140 @@
+"""The eager bucket kernel as an opaque custom op, for ``torch.compile`` on CPU.
+
+Under ``torch.compile`` the attention of ``ragged.attention`` on a CPU tensor is the custom op
+``ragged::bucketed_attention`` (and ``ragged::bucketed_attention_backward`` for its gradient):
+Dynamo and Inductor see one op with static output shapes (``[Tq, H, Dv]`` and the
+log-sum-exp ``[Tq, H]``), so a compiled model still has one graph across batches with no
+unbacked sizes, while the op runs the eager length buckets on torch's flash kernels, which are
+faster than any composite Inductor generates here (``benchmarks/encoder.py``).
+
+The op reads the segment lengths from memory when it runs, to plan its buckets: on CPU that is
+a memory read, not a device synchronisation. The plan is cached per lengths tensor (the
+partition's, passed to every layer of a model), so an encoder plans once per batch. On other
+devices ``ragged.attention`` compiles the sync-free tiled formulation instead
+(``_attention_tiles.py``), as it does everywhere when :data:`ragged.ops._attention.TILES_UNDER_COMPILE`
+is set.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import _attention_buckets as buckets
+
+# Plans by (id of q's lengths tensor, id of k's, head width): tensors compare elementwise, so they
+# cannot key a WeakKeyDictionary; the entry keeps weak references to check identity and is
+# dropped when either tensor dies.
+_PLANS: dict[tuple[int, int, int], tuple[Any, Any, buckets.Plan]] = {}
+
+
+def _plan(q_lengths: Tensor, k_lengths: Tensor, head_numel: int) -> buckets.Plan:
+    """The plan for these lengths tensors (cached per tensor object; read once)."""
+    key = (id(q_lengths), id(k_lengths), head_numel)
+    entry = _PLANS.get(key)
+    if entry is not None and entry[0]() is q_lengths and entry[1]() is k_lengths:
+        return entry[2]
+    lq = q_lengths.tolist()
+    lk = lq if k_lengths is q_lengths else k_lengths.tolist()
+    found = buckets.build_plan(lq, lk, head_numel)
+    _PLANS[key] = (weakref.ref(q_lengths), weakref.ref(k_lengths), found)
+    for tensor in {id(q_lengths): q_lengths, id(k_lengths): k_lengths}.values():
+        weakref.finalize(tensor, _PLANS.pop, key, None)
+    return found
+
+
+@torch.library.custom_op("ragged::bucketed_attention", mutates_args=())
+def bucketed_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    q_lengths: Tensor,
+    k_lengths: Tensor,
+    scale: float,
+    causal: bool,
+) -> tuple[Tensor, Tensor]:
+    """Output ``[Tq, H, Dv]`` and log-sum-exp ``[Tq, H]`` of the bucketed kernel."""
+    p = _plan(q_lengths, k_lengths, q.shape[1] * q.shape[2])
+    with torch.no_grad():
+        return buckets.forward(q, k, v, bias, p, scale, causal)
+
+
+@bucketed_attention.register_fake
+def _(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    q_lengths: Tensor,
+    k_lengths: Tensor,
+    scale: float,
+    causal: bool,
+) -> tuple[Tensor, Tensor]:
+    out = q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
+    return out, q.new_empty((q.shape[0], q.shape[1]), dtype=buckets.lse_dtype(q.dtype))
+
+
+@torch.library.custom_op("ragged::bucketed_attention_backward", mutates_args=())
+def bucketed_attention_backward(
+    grad: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    out: Tensor,
+    lse: Tensor,
+    q_lengths: Tensor,
+    k_lengths: Tensor,
+    scale: float,
+    causal: bool,
+    bias_grad: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of q, k, v and the bias (an empty tensor when not needed)."""
+    p = _plan(q_lengths, k_lengths, q.shape[1] * q.shape[2])
+    need = (True, True, True, bias_grad and bias is not None)
+    with torch.no_grad():
+        dq, dk, dv, dbias = buckets.vjp(p, q, k, v, bias, out, lse, grad, scale, causal, need)
+    grads = [x if x is not None else torch.zeros_like(y) for x, y in ((dq, q), (dk, k), (dv, v))]
+    return grads[0], grads[1], grads[2], q.new_empty(0) if dbias is None else dbias
+
+
+@bucketed_attention_backward.register_fake
+def _(
+    grad: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    out: Tensor,
+    lse: Tensor,
+    q_lengths: Tensor,
+    k_lengths: Tensor,
+    scale: float,
+    causal: bool,
+    bias_grad: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    dbias = torch.empty_like(bias) if bias_grad and bias is not None else q.new_empty(0)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dbias
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    q, k, v, bias, q_lengths, k_lengths, scale, causal = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, bias, out, lse, q_lengths, k_lengths)
+    ctx.scale, ctx.causal = scale, causal
+    ctx.bias_grad = bias is not None and ctx.needs_input_grad[3]
+
+
+def _backward(ctx: Any, grad: Tensor, _grad_lse: Any) -> tuple[Any, ...]:
+    q, k, v, bias, out, lse, q_lengths, k_lengths = ctx.saved_tensors
+    dq, dk, dv, dbias = bucketed_attention_backward(
+        grad, q, k, v, bias, out, lse, q_lengths, k_lengths, ctx.scale, ctx.causal, ctx.bias_grad
+    )
+    return dq, dk, dv, dbias if ctx.bias_grad else None, None, None, None, None
+
+
+bucketed_attention.register_autograd(_backward, setup_context=_setup_context)
