@@ -32,7 +32,8 @@ with one thread it equals wall time on an idle machine). One thread by default.
 The table reports the occupancy (real/padded tokens), the padded/packed FLOP ratio (linear layers
 and attention's quadratic term) and every variant's speedup over ``padded`` in the same mode.
 
-Run: ``python benchmarks/encoder.py [--compile] [--quick]`` (``--quick``: a small smoke run).
+Run: ``python benchmarks/encoder.py [--quick] [--no-compile] [--json out.json]`` (``--quick``: a
+small smoke run, eager only).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 import ragged
+from ragged.bench._report import Table, write_result
 
 E, HEADS, FF, LAYERS = 256, 4, 1024, 4
 
@@ -305,7 +307,7 @@ def check_outputs(variants: dict[str, Any], names: list[str]) -> dict[str, str]:
     return notes
 
 
-def benchmark(name: str, lengths: list[int], args: argparse.Namespace) -> None:
+def benchmark(name: str, lengths: list[int], args: argparse.Namespace) -> Table:
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0, batch_first=True)
     encoder = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
@@ -352,13 +354,14 @@ def benchmark(name: str, lengths: list[int], args: argparse.Namespace) -> None:
             times[key].append(1e3 * (time.process_time() - started))
     for key, values in times.items():
         results[key] = statistics.median(values)
-    header = (
-        f"| {'variant':<12} | {'mode':<8} | {'fwd ms':>9} | {'speedup':>8} | "
-        f"{'fwd+bwd ms':>10} | {'speedup':>8} | max diff |"
+    table = Table(
+        f"{name}: B={len(lengths)}, lengths {min(lengths)}..{max(lengths)}, occupancy "
+        f"{real / padded:.3f} (padded/real tokens {padded / real:.2f}), padded/packed FLOP ratio "
+        f"{ratio:.2f}",
+        ["variant", "mode", "fwd ms", "speedup", "fwd+bwd ms", "speedup", "max diff"],
     )
-    print(header)
-    print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
     failures = []
+    speedups: dict[tuple[str, str, str], float] = {}
     for mode in modes:
         for variant in names:
             if (variant, mode, "fwd") not in results:
@@ -372,22 +375,50 @@ def benchmark(name: str, lengths: list[int], args: argparse.Namespace) -> None:
                     if value != "n/a":
                         failures.append(f"{variant} {mode} {direction}: {value}")
                 else:
+                    if isinstance(base, float):
+                        speedups[(variant, mode, direction)] = base / value
                     speedup = f"{base / value:.2f}x" if isinstance(base, float) else "-"
                     cells += [f"{value:.1f}", speedup]
-            print(
-                f"| {variant:<12} | {mode:<8} | {cells[0]:>9} | {cells[1]:>8} | {cells[2]:>10} | "
-                f"{cells[3]:>8} | {diffs.get(variant, '-'):>8} |"
-            )
-    for failure in failures:
-        print(f"  {failure}")
+            table.rows.append([variant, mode, *cells, diffs.get(variant, "-")])
+    table.notes += [
+        f"{args.threads} thread(s); median CPU time of {args.reps} round-robin runs; speedup = "
+        "padded / variant in the same mode; max diff: forward against padded (float32).",
+        *targets(speedups, ratio),
+        *failures,
+    ]
+    print(table.text(), flush=True)
+    return table
+
+
+def targets(speedups: dict[tuple[str, str, str], float], ratio: float) -> list[str]:
+    """The issue's targets, met or missed, for eager forward+backward."""
+    got = speedups.get(("ragged", "eager", "fwd+bwd"))
+    if got is None:
+        return []
+    lines = [
+        f"Target: ragged fwd+bwd speedup >= 0.8 x FLOP ratio = {0.8 * ratio:.2f}x: "
+        f"{got:.2f}x, {'met' if got >= 0.8 * ratio else 'missed'}."
+    ]
+    for other in ("loop", "nested", "danling"):
+        theirs = speedups.get((other, "eager", "fwd+bwd"))
+        if theirs is not None:
+            verdict = "ahead" if got > theirs else "behind"
+            lines.append(f"ragged vs {other} (fwd+bwd): {got / theirs:.2f}x, {verdict}.")
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small batches, 1 rep (smoke run)")
-    parser.add_argument("--compile", action="store_true", help="also run under torch.compile")
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run under torch.compile (default: on, off with --quick)",
+    )
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", help="write the result document here")
     all_variants = ["padded", "padded-sdpa", "ragged", "nested", "loop", "danling", "fastpath"]
     parser.add_argument("--variants", nargs="+", default=all_variants, choices=all_variants)
     args = parser.parse_args()
@@ -396,6 +427,8 @@ def main() -> None:
     torch._dynamo.config.cache_size_limit = 64  # one module compiled for several input types
     logging.getLogger("torch.nested").setLevel(logging.ERROR)  # NJT SDPA backend notes
     warnings.filterwarnings("ignore", category=UserWarning)
+    if args.compile is None:
+        args.compile = not args.quick
     if args.quick:
         args.reps = 1
         settings = [
@@ -407,8 +440,9 @@ def main() -> None:
             ("long, skewed", skewed_lengths(32, 8, 512, seed=0)),
             ("many short", skewed_lengths(512, 8, 64, seed=1)),
         ]
-    for name, lengths in settings:
-        benchmark(name, lengths, args)
+    tables = [benchmark(name, lengths, args) for name, lengths in settings]
+    if args.json:
+        write_result(args.json, "encoder", tables, quick=args.quick, metric="cpu")
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@ sample at a time: every ``nonzero`` reads a data-dependent size back to the host
 sample on an accelerator). ``ragged.sample_mask`` chooses for all segments at once with static
 shapes (a random permutation and one sort), so it needs no sync and compiles to one graph.
 
-Run: ``python examples/sampler.py`` (a few seconds on one CPU thread).
+Run: ``python examples/sampler.py [--small]`` (a few seconds on one CPU thread).
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import torch
@@ -39,9 +40,12 @@ def time_per_call(fn, repeats: int = 20) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="a quick run (CI)")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
-    batch, longest, k = 256, 512, 64
+    batch, longest, k = (64, 128, 16) if args.small else (256, 512, 64)
     lengths = torch.randint(0, longest + 1, (batch,), generator=gen)
     x = ragged.from_lengths(torch.randn(int(lengths.sum()), 16, generator=gen), lengths.tolist())
     valid = x.to_mask()  # the padded batch's (B, max_length) validity mask

@@ -56,3 +56,9 @@ def test_classifier_example_learns_and_matches_padded():
     before = float(out.splitlines()[0].split(": ")[1])
     assert accuracies[-1] > before + 0.1, out
     assert "same logits: True" in out, out
+
+
+def test_sampler_example_agrees_with_the_nonzero_sampler():
+    out = run_example("sampler.py")
+    assert "per-segment counts match: True (both equal min(k, L_b): True)" in out, out
+    assert "ragged.sample_mask (sync-free)" in out
