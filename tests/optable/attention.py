@@ -28,13 +28,18 @@ def attention_reference(
     causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """One segment: SDPA on ``(H, L, Dh)``; ``bias`` is the segment's ``(Lq, Lk*, H)`` pair map."""
+    """One segment: SDPA on ``(H, L, Dh)``; ``bias`` is the segment's ``(Lq, Lk, H)`` pair block.
+
+    The table hands out a square pair map's segment as its dense block and a cross one (``Lq !=
+    Lk`` somewhere) as a RaggedArray ``(Lq, Lk*, H)``; both carry the same values in row order.
+    """
     nq, nk, heads = q.shape[0], k.shape[0], q.shape[1]
     if nq == 0 or nk == 0:
         return q.new_zeros((nq, heads, v.shape[-1]))
     mask = None
     if bias is not None:
-        mask = bias.values.reshape(nq, nk, heads).permute(2, 0, 1)
+        block = bias.values if isinstance(bias, ragged.RaggedArray) else bias
+        mask = block.reshape(nq, nk, heads).permute(2, 0, 1)
         if causal:  # SDPA takes a mask or is_causal, not both
             above = torch.ones(nq, nk, dtype=torch.bool).triu(1)
             mask, causal = mask.masked_fill(above, float("-inf")), False
