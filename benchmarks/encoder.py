@@ -289,6 +289,8 @@ def jobs(model: Any, run: Callable[[Any, bool], torch.Tensor]) -> dict[str, Call
 def _failure(error: Exception) -> str:
     if "forward only" in str(error):
         return "n/a"
+    if isinstance(error, ModuleNotFoundError):
+        return f"not installed: {error.name} (pip install danling --no-deps)"
     return f"fails: {type(error).__name__}: {str(error).splitlines()[0][:60]}"
 
 
@@ -302,12 +304,16 @@ def check_outputs(variants: dict[str, Any], names: list[str]) -> dict[str, str]:
             model, run = variants[name]
             try:
                 notes[name] = f"{(run(model, False) - reference).abs().max().item():.1e}"
+            except ModuleNotFoundError:
+                notes[name] = "-"
             except Exception as error:
                 notes[name] = f"fails: {type(error).__name__}"
     return notes
 
 
-def benchmark(name: str, lengths: list[int], args: argparse.Namespace) -> Table:
+def benchmark(
+    name: str, lengths: list[int], args: argparse.Namespace
+) -> tuple[Table, dict[str, Any]]:
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0, batch_first=True)
     encoder = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
@@ -371,7 +377,8 @@ def benchmark(name: str, lengths: list[int], args: argparse.Namespace) -> Table:
                 value = results[(variant, mode, direction)]
                 base = results.get(("padded", mode, direction))
                 if isinstance(value, str):
-                    cells += [value if value == "n/a" else "fails", ""]
+                    kind = value.split(":")[0] if value.startswith("not installed") else value
+                    cells += [kind if kind in ("n/a", "not installed") else "fails", ""]
                     if value != "n/a":
                         failures.append(f"{variant} {mode} {direction}: {value}")
                 else:
@@ -387,7 +394,13 @@ def benchmark(name: str, lengths: list[int], args: argparse.Namespace) -> Table:
         *failures,
     ]
     print(table.text(), flush=True)
-    return table
+    plot = {
+        "setting": name,
+        "flop_ratio": ratio,
+        "occupancy": real / padded,
+        "speedup": {f"{v} {m} {d}": x for (v, m, d), x in speedups.items()},
+    }
+    return table, plot
 
 
 def targets(speedups: dict[tuple[str, str, str], float], ratio: float) -> list[str]:
@@ -440,9 +453,12 @@ def main() -> None:
             ("long, skewed", skewed_lengths(32, 8, 512, seed=0)),
             ("many short", skewed_lengths(512, 8, 64, seed=1)),
         ]
-    tables = [benchmark(name, lengths, args) for name, lengths in settings]
+    done = [benchmark(name, lengths, args) for name, lengths in settings]
     if args.json:
-        write_result(args.json, "encoder", tables, quick=args.quick, metric="cpu")
+        tables, plots = [t for t, _ in done], [p for _, p in done]
+        write_result(
+            args.json, "encoder", tables, quick=args.quick, metric="cpu", plots={"encoder": plots}
+        )
 
 
 if __name__ == "__main__":

@@ -27,14 +27,18 @@ def _pyplot() -> Any:
     return plt
 
 
-def _bars(ax: Any, groups: list[str], series: dict[str, list[float]]) -> None:
+def _bars(
+    ax: Any, groups: list[str], series: dict[str, list[float]], *, ratio: bool = True
+) -> None:
+    """Grouped bars labelled with their heights: ratios (``12x``, a line at 1) or amounts."""
+    suffix = "x" if ratio else ""
     width = 0.8 / max(len(series), 1)
     for i, (label, heights) in enumerate(series.items()):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
         bars = ax.bar(xs, [h if math.isfinite(h) else 0 for h in heights], width, label=label)
         for bar, h in zip(bars, heights, strict=True):
             if math.isfinite(h):
-                text = f"{h:.0f}x" if h >= 10 else f"{h:.1f}x"
+                text = f"{h:.0f}{suffix}" if h >= 10 else f"{h:.1f}{suffix}"
                 ax.annotate(
                     text,
                     (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -43,7 +47,8 @@ def _bars(ax: Any, groups: list[str], series: dict[str, list[float]]) -> None:
                     fontsize=7,
                 )
     ax.set_xticks(range(len(groups)), groups)
-    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    if ratio:
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     ax.margins(y=0.15)
 
 
@@ -124,6 +129,76 @@ def plot_func(result: dict[str, Any], out: Path) -> Path:
     return out
 
 
+def plot_pair(result: dict[str, Any], out: Path) -> Path:
+    """The Pairformer block per length regime: time and peak memory, ragged against padded."""
+    plt = _pyplot()
+    rows = result["plots"]["pair"]
+    regimes = [r["regime"] for r in rows]
+    mib = 2.0**20
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    _bars(
+        axes[0],
+        regimes,
+        {
+            "ragged": [1e3 * r["time_ragged_s"] for r in rows],
+            "padded": [1e3 * r["time_padded_s"] for r in rows],
+        },
+        ratio=False,
+    )
+    axes[0].set_title("forward + backward time (ms)")
+    _bars(
+        axes[1],
+        regimes,
+        {
+            "ragged": [r["peak_ragged_bytes"] / mib for r in rows],
+            "padded": [r["peak_padded_bytes"] / mib for r in rows],
+            "packed bound": [r["packed_block_bound_bytes"] / mib for r in rows],
+        },
+        ratio=False,
+    )
+    axes[1].set_title("peak memory of one pass (MiB)")
+    for ax in axes:
+        ax.legend()
+    fig.suptitle(_caption(result))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_encoder(result: dict[str, Any], out: Path) -> Path:
+    """Encoder speedup over padding per variant (forward + backward), against the FLOP ratio."""
+    plt = _pyplot()
+    settings = result["plots"]["encoder"]
+    fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4), squeeze=False)
+    for ax, setting in zip(axes[0], settings, strict=True):
+        speedup = setting["speedup"]
+        variants = sorted(
+            {k.rsplit(" ", 2)[0] for k in speedup} - {"padded"},
+            key=lambda v: -speedup.get(f"{v} eager fwd+bwd", 0.0),
+        )
+        _bars(
+            ax,
+            variants,
+            {
+                mode: [speedup.get(f"{v} {mode} fwd+bwd", math.nan) for v in variants]
+                for mode in ("eager", "compiled")
+                if any(f"{v} {mode} fwd+bwd" in speedup for v in variants)
+            },
+        )
+        ax.axhline(
+            setting["flop_ratio"], color="red", linewidth=0.8, linestyle=":", label="FLOP ratio"
+        )
+        ax.set_title(f"{setting['setting']}: padded time / variant time (fwd+bwd)", fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.legend()
+    fig.suptitle(_caption(result))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def _caption(result: dict[str, Any]) -> str:
     m = result["machine"]
     return f"{result['command']}  ({m['cpu']}, torch {m['torch']}, {m['torch_threads']} thread)"
@@ -131,6 +206,8 @@ def _caption(result: dict[str, Any]) -> str:
 
 PLOTS = {"ops": [("ops_speedup.png", plot_ops)], "skew": [("skew.png", plot_skew)]}
 PLOTS["func"] = [("func.png", plot_func)]
+PLOTS["pair"] = [("pair.png", plot_pair)]
+PLOTS["encoder"] = [("encoder.png", plot_encoder)]
 
 
 def plot_all(results: dict[str, dict[str, Any]], img_dir: Path) -> list[Path]:
