@@ -72,11 +72,7 @@ def plot_ops(result: dict[str, Any], out: Path) -> Path:
         if kind == "padded":
             ax.set_yscale("log")
         ax.legend()
-    fig.suptitle(_caption(result))
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, result, out)
 
 
 def plot_skew(result: dict[str, Any], out: Path) -> Path:
@@ -99,11 +95,7 @@ def plot_skew(result: dict[str, Any], out: Path) -> Path:
         ax.legend()
     axes[0].set_title("logsumexp over the ragged axis, forward + backward")
     axes[1].set_title("memory")
-    fig.suptitle(_caption(result))
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, result, out)
 
 
 def plot_func(result: dict[str, Any], out: Path) -> Path:
@@ -122,11 +114,7 @@ def plot_func(result: dict[str, Any], out: Path) -> Path:
     axes[1].set_title("attention pooling: eager time / compiled time")
     axes[1].axhline(2.0, color="red", linewidth=0.8, linestyle=":", label="target 2x")
     axes[1].legend()
-    fig.suptitle(_caption(result))
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, result, out)
 
 
 def plot_pair(result: dict[str, Any], out: Path) -> Path:
@@ -159,11 +147,7 @@ def plot_pair(result: dict[str, Any], out: Path) -> Path:
     axes[1].set_title("peak memory of one pass (MiB)")
     for ax in axes:
         ax.legend()
-    fig.suptitle(_caption(result))
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, result, out)
 
 
 def plot_encoder(result: dict[str, Any], out: Path) -> Path:
@@ -192,10 +176,15 @@ def plot_encoder(result: dict[str, Any], out: Path) -> Path:
         ax.set_title(f"{setting['setting']}: padded time / variant time (fwd+bwd)", fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
         ax.legend()
+    return _save(fig, result, out)
+
+
+def _save(fig: Any, result: dict[str, Any], out: Path) -> Path:
+    """Caption the figure with the command and machine, write it, free it."""
     fig.suptitle(_caption(result))
     fig.tight_layout()
     fig.savefig(out, dpi=110)
-    plt.close(fig)
+    _pyplot().close(fig)
     return out
 
 

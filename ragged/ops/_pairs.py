@@ -331,9 +331,9 @@ def pair_matmul(p: RaggedArray, v: RaggedArray) -> RaggedArray:
         expected = f"must have inner shape (*{tuple(p.values.shape[1:])}, D) and dtype {p.dtype}"
         raise value_error(func, "v", expected, f"{tuple(v.values.shape[1:])} and {v.dtype}")
     if torch.compiler.is_compiling():
-        values = _pair_matmul_gathered(p, v)
+        values = _pair_matmul_gathered(p, v, columns)
     else:
-        values = _pair_matmul_grouped(p, v)
+        values = _pair_matmul_grouped(p, v, columns)
     names = None
     if p.axes is not None and v.axes is not None:
         names = (p.axes[0], p.axes[1], *v.axes[2:])
@@ -341,12 +341,11 @@ def pair_matmul(p: RaggedArray, v: RaggedArray) -> RaggedArray:
     return RaggedArray(values, Partition((rows,)), names)
 
 
-def _pair_matmul_grouped(pairs: RaggedArray, rows: RaggedArray) -> Tensor:
-    level, cells = pairs.partition.levels
-    assert cells.columns is not None
-    groups = length_groups(level, cells.columns)
+def _pair_matmul_grouped(pairs: RaggedArray, rows: RaggedArray, columns: RowPartition) -> Tensor:
+    """Per group of equal-shaped segments, one batched matmul (``columns``: the second axis)."""
+    groups = length_groups(pairs.partition.levels[0], columns)
     if not groups.groups:  # no pairs: zeros, still a function of the inputs
-        return _pair_matmul_gathered(pairs, rows)
+        return _pair_matmul_gathered(pairs, rows, columns)
     p, v = pairs.values, rows.values
     p_blocks = group_blocks(p, groups, groups.sizes)  # [n, N * M, *batch]
     v_blocks = group_blocks(v, groups, groups.cols)  # [n, M, *batch, D]
@@ -370,11 +369,9 @@ def _pair_matmul_grouped(pairs: RaggedArray, rows: RaggedArray) -> Tensor:
     return torch.cat(parts)
 
 
-def _pair_matmul_gathered(p: RaggedArray, v: RaggedArray) -> Tensor:
+def _pair_matmul_gathered(p: RaggedArray, v: RaggedArray, columns: RowPartition) -> Tensor:
     """Sync-free: ``v``'s row for every pair, weighted, summed per row of ``p``."""
     rows, cells = p.partition.levels
-    columns = cells.columns
-    assert columns is not None
     segment = rows.row_ids.index_select(0, cells.row_ids)
     right = columns.offsets.index_select(0, segment) + cells.positions()
     weighted = p.values.unsqueeze(-1) * v.values.index_select(0, right)
