@@ -101,7 +101,7 @@ def test_vmap_output_rules():
     assert isinstance(ragged.vmap(lambda s: s.cumsum(0))(square), ragged.RaggedArray)
     y = ragged.array([[1.0, 2.0], [3.0]])
     with pytest.raises(
-        ValueError, match=re.escape("output 0 has per-segment shapes {2: (2, 2), 1: (1, 1)}")
+        ValueError, match=re.escape("output 0 has per-segment shapes {1: (1, 1), 2: (2, 2)}")
     ):
         ragged.vmap(lambda s: s[:, None] * s[None, :])(y)
 

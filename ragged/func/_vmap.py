@@ -73,16 +73,22 @@ class _Bucket:
 
 
 def _buckets(partition: Partition, skip_empty: bool) -> list[_Bucket]:
+    """Segments grouped by exact length, in increasing length, each group in segment order."""
     level = partition.levels[0]
-    lengths = level.lengths.tolist()  # one host sync: f's input shapes are the lengths
-    groups: dict[int, list[int]] = {}
-    for b, n in enumerate(lengths):
-        if not (skip_empty and n == 0):
-            groups.setdefault(n, []).append(b)
+    order = torch.argsort(level.lengths, stable=True)
+    sizes, counts = torch.unique_consecutive(
+        level.lengths.index_select(0, order), return_counts=True
+    )
+    # One host read of the distinct lengths (f's input shapes) and their counts.
+    host = torch.stack([sizes, counts]).tolist()
     device = level.offsets.device
     out = []
-    for length, members in groups.items():
-        segments = torch.tensor(members, dtype=torch.int64, device=device)
+    start = 0
+    for length, count in zip(*host, strict=True):
+        segments = order[start : start + count]
+        start += count
+        if skip_empty and length == 0:
+            continue
         starts = level.offsets.index_select(0, segments)
         rows = (starts[:, None] + torch.arange(length, device=device)).reshape(-1)
         out.append(_Bucket(length, segments, rows))
