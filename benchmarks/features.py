@@ -321,7 +321,7 @@ def main() -> None:
     )
     print(table.text())
     if args.json:
-        write_result(args.json, "features", [table], quick=args.quick, metric="checks")
+        write_result(args.json, "features", [table], quick=args.quick, metric="pass/fail checks")
 
 
 if __name__ == "__main__":

@@ -105,7 +105,13 @@ def main() -> None:
     )
     print(table.text())
     if args.json:
-        write_result(args.json, "microbatch", [table], quick=args.quick, metric="cost")
+        write_result(
+            args.json,
+            "microbatch",
+            [table],
+            quick=args.quick,
+            metric="plan cost (cost-model units)",
+        )
 
 
 if __name__ == "__main__":

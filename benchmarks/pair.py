@@ -262,7 +262,7 @@ def main() -> None:
             "pair",
             [table(rows, args)],
             quick=args.quick,
-            metric="cpu",
+            metric="wall",
             plots={"pair": rows},
         )
 

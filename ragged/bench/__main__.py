@@ -38,9 +38,12 @@ def find_root(start: Path) -> Path:
 def render_suite(result: dict[str, Any]) -> str:
     """The Markdown body of one suite's section."""
     when = result.get("date", "")
+    metric = result["metric"]
+    # Timed suites name a clock ("cpu", "wall"); others what they count ("checks", "cost").
+    shown = f"median {metric} time" if metric in ("cpu", "wall") else metric
     lines = [
         f"Command: `{result['command']}`{f' ({when})' if when else ''}. "
-        f"Machine: {describe(result['machine'])}. Metric: median {result['metric']} time"
+        f"Machine: {describe(result['machine'])}. Metric: {shown}"
         f"{' (quick run: small data)' if result.get('quick') else ''}.",
     ]
     for data in result["tables"]:
