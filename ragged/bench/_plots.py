@@ -193,10 +193,13 @@ def _caption(result: dict[str, Any]) -> str:
     return f"{result['command']}  ({m['cpu']}, torch {m['torch']}, {m['torch_threads']} thread)"
 
 
-PLOTS = {"ops": [("ops_speedup.png", plot_ops)], "skew": [("skew.png", plot_skew)]}
-PLOTS["func"] = [("func.png", plot_func)]
-PLOTS["pair"] = [("pair.png", plot_pair)]
-PLOTS["encoder"] = [("encoder.png", plot_encoder)]
+PLOTS = {
+    "ops": [("ops_speedup.png", plot_ops)],
+    "skew": [("skew.png", plot_skew)],
+    "func": [("func.png", plot_func)],
+    "pair": [("pair.png", plot_pair)],
+    "encoder": [("encoder.png", plot_encoder)],
+}
 
 
 def plot_all(results: dict[str, dict[str, Any]], img_dir: Path) -> list[Path]:
