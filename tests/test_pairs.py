@@ -162,7 +162,8 @@ def test_pair_matmul_kernels_match_the_weighted_sum(lengths, seed):
     )
     out = ragged.pair_matmul(p, v)
     assert out.partition.levels[0] is p.partition.levels[0]
-    torch.testing.assert_close(out.values, ragged.ops._pairs._pair_matmul_gathered(p, v))
+    columns = p.partition.levels[1].columns
+    torch.testing.assert_close(out.values, ragged.ops._pairs._pair_matmul_gathered(p, v, columns))
     if p.values.shape[0]:  # the broadcast product needs pairs to line up
         torch.testing.assert_close(out.values, ragged.sum(p[..., None] * v[:, None], axis=2).values)
 
