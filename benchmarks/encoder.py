@@ -290,7 +290,7 @@ def _failure(error: Exception) -> str:
     if "forward only" in str(error):
         return "n/a"
     if isinstance(error, ModuleNotFoundError):
-        return f"not installed: {error.name} (pip install danling --no-deps)"
+        return f"not installed: {error.name}"
     return f"fails: {type(error).__name__}: {str(error).splitlines()[0][:60]}"
 
 

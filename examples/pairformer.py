@@ -175,7 +175,8 @@ class PairBiasedAttention(nn.Module):
     def forward(self, s: RaggedArray, z: RaggedArray) -> RaggedArray:
         q, k, v, gate = ragged.map(self._qkv, s)  # (B, N*, H, D)
         bias = ragged.map(self._bias, z)  # (B, N*, N*, H)
-        o = attend(q, k, v, bias, self.head_dim**-0.5)
+        # Per protein softmax(q k^T * scale + bias) v, without materialising the probabilities.
+        o = ragged.attention(q, k, v, scale=self.head_dim**-0.5, bias=bias)
         return ragged.map(self._output, o, gate)
 
     def padded(self, s: Tensor, z: Tensor, mask: Tensor | None) -> Tensor:
@@ -185,18 +186,6 @@ class PairBiasedAttention(nn.Module):
             scores = scores.masked_fill(~mask[:, None, :, None], float("-inf"))
         o = torch.einsum("bijh,bjhd->bihd", torch.softmax(scores, dim=2), v)
         return self._output(o, gate)
-
-
-def attend(
-    q: RaggedArray, k: RaggedArray, v: RaggedArray, bias: RaggedArray, scale: float
-) -> RaggedArray:
-    """Attention within each protein, with the pair representation as a per-head bias.
-
-    ``ragged.attention`` computes, per protein, ``softmax(q @ k^T * scale + bias) @ v``; the same
-    thing in pair-map ops is ``ragged.pair_matmul(ragged.softmax(ragged.pair_dot(q, k,
-    scale=scale) + bias, axis=2), v)``, which materialises the ``(B, N*, N*, H)`` probabilities.
-    """
-    return ragged.attention(q, k, v, scale=scale, bias=bias)
 
 
 class PairformerBlock(nn.Module):
