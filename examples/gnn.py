@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import ragged
-from ragged.ops._segment import Segments, segment_softmax
+from ragged.kernels._segment import Segments, segment_softmax
 
 
 def make_graphs(num_graphs: int, features: int, gen: torch.Generator):

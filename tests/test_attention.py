@@ -12,7 +12,7 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from ragged.ops import _attention_buckets as buckets
+from ragged.kernels import _attention_buckets as buckets
 from tests.optable.attention import attention_reference, cross_lengths, pair_bias
 from tests.strategies import lengths as lengths_strategy
 from tests.strategies import random_tensor

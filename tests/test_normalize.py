@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import ragged
-from ragged.ops import _segment
+from ragged.kernels import _segment
 
 
 @pytest.fixture(params=["composite", "fast"])

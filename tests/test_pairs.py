@@ -10,7 +10,7 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from ragged.ops import _pairblocks
+from ragged.kernels import _pairblocks
 from tests.optable import pair_blocks, pair_randn
 from tests.strategies import lengths as lengths_strategy
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from ragged.ops import _scan, _segment
+from ragged.kernels import _segment
+from ragged.ops import _scan
 from tests.strategies import ragged_arrays
 
 INF = math.inf

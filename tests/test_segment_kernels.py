@@ -5,8 +5,8 @@ import pytest
 import torch
 from hypothesis import given
 
-from ragged.ops import _segment
-from ragged.ops._segment import Segments
+from ragged.kernels import _segment
+from ragged.kernels._segment import Segments
 from tests.strategies import ragged_arrays
 
 

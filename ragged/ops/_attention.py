@@ -7,13 +7,13 @@ to the longest segment.
 Two implementations with one semantics (the reference is
 ``F.scaled_dot_product_attention`` on each segment, transposed to ``(H, L, Dh)``):
 
-* eager (``ragged/ops/_attention_buckets.py``): segments grouped into length buckets, one call
+* eager (``ragged/kernels/_attention_buckets.py``): segments grouped into length buckets, one call
   of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host once per
   partition object (cached, weakly) to plan the buckets. Under ``torch.compile`` on CPU the same
   kernel runs as an opaque custom op (``_attention_op.py``): one graph across batches with
   static shapes; it reads the lengths from memory when it runs.
 * on other devices under ``torch.compile``, with :data:`TILES_UNDER_COMPILE`, or with dropout
-  (``ragged/ops/_attention_tiles.py``): block tiles of each segment, batched matmuls and segment
+  (``ragged/kernels/_attention_tiles.py``): block tiles of each segment, batched matmuls and segment
   softmax, with static sizes only. No host read: one graph across batches under
   ``torch.compile(dynamic=True)``.
 
@@ -33,9 +33,9 @@ from .._array import RaggedArray
 from .._broadcast import _shape_text
 from .._errors import type_error, typename, value_error
 from .._partition import RowPartition
-from . import _attention_buckets as buckets
-from ._attention_op import bucketed_attention as bucketed_attention_op
-from ._attention_tiles import (
+from ..kernels import _attention_buckets as buckets
+from ..kernels._attention_op import bucketed_attention as bucketed_attention_op
+from ..kernels._attention_tiles import (
     COMPILE_BLOCK,
     Geometry,
     block_bound,

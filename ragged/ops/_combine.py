@@ -36,7 +36,7 @@ from .._axes import AxisNames, check_names, normalize_axis
 from .._broadcast import _shape_text
 from .._errors import type_error, typename, value_error
 from .._partition import Partition, RowPartition
-from ._segment import Segments, segment_amax
+from ..kernels._segment import Segments, segment_amax
 
 __all__ = ["concat", "split", "stack"]
 

@@ -13,8 +13,8 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._broadcast import same_partition
 from .._errors import type_error, typename, value_error
+from ..kernels._segment import Segments, segment_sum
 from ._linalg import _one_level
-from ._segment import Segments, segment_sum
 
 __all__ = ["einsum"]
 

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._partition import Partition, RowPartition
-from ._segment import Segments, segment_amax
+from ..kernels._segment import Segments, segment_amax
 
 
 @dataclasses.dataclass

@@ -34,7 +34,7 @@ from .._broadcast import same_partition
 from .._errors import type_error, typename, value_error
 from .._indexing import _stats
 from .._partition import Partition, RowPartition
-from ._segment import Segments, segment_sum
+from ..kernels._segment import Segments, segment_sum
 
 __all__ = ["filter", "first", "last", "pad", "take", "truncate"]
 

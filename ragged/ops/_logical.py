@@ -16,9 +16,9 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
+from ..kernels._segment import Segments, gather, segment_amax, segment_amin, segment_sum
 from ._grouping import group
 from ._reduce import Axis, _ragged_result, reduce
-from ._segment import Segments, gather, segment_amax, segment_amin, segment_sum
 
 __all__ = ["all", "any", "argmax", "argmin", "count", "count_nonzero"]
 

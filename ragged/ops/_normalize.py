@@ -19,8 +19,8 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
+from ..kernels._segment import gather, segment_softmax, segment_sum
 from ._grouping import group
-from ._segment import gather, segment_softmax, segment_sum
 
 __all__ = ["layer_norm", "log_softmax", "normalize", "rms_norm", "softmax"]
 

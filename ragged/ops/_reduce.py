@@ -27,8 +27,8 @@ from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
 from .._partition import Partition, RowPartition
+from ..kernels._segment import Segments, segment_amax, segment_amin, segment_prod, segment_sum
 from ._grouping import group
-from ._segment import Segments, segment_amax, segment_amin, segment_prod, segment_sum
 
 __all__ = ["amax", "amin", "max", "mean", "min", "prod", "sum"]
 

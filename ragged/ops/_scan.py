@@ -65,8 +65,7 @@ from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
 from .._partition import RowPartition
-from ._grouping import group
-from ._scan_kernels import (  # noqa: F401
+from ..kernels._scan import (  # noqa: F401
     BLOCK,
     LOGSUMEXP,
     MAX,
@@ -98,6 +97,7 @@ from ._scan_kernels import (  # noqa: F401
     segmented_extreme,
     segmented_scan,
 )
+from ._grouping import group
 
 __all__ = ["cummax", "cummin", "cumprod", "cumsum", "logcumsumexp"]
 

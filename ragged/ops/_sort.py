@@ -42,7 +42,7 @@ from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, typename, value_error
 from .._partition import Partition, RowPartition
-from ._segment import Segments, segment_sum
+from ..kernels._segment import Segments, segment_sum
 
 __all__ = ["argsort", "sort", "topk", "unique_consecutive"]
 

@@ -13,8 +13,15 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._errors import type_error
+from ..kernels._segment import (
+    Segments,
+    gather,
+    segment_amax,
+    segment_amin,
+    segment_logsumexp,
+    segment_sum,
+)
 from ._reduce import Axis, _float_only, reduce
-from ._segment import Segments, gather, segment_amax, segment_amin, segment_logsumexp, segment_sum
 
 __all__ = ["logsumexp", "norm", "std", "var"]
 
