@@ -5,13 +5,12 @@ import pytest
 import torch
 
 import ragged
-from ragged.kernels import _segment
+from tests.paths import PATHS, use_path
 
 
-@pytest.fixture(params=["composite", "fast"])
+@pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
-    monkeypatch.setattr(_segment, "_FAST_MIN_NUMEL", 0 if request.param == "fast" else 1 << 62)
-    return request.param
+    return use_path(request.param, monkeypatch)
 
 
 def test_normalize_one_row_and_empty_segments(path):

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from ragged.kernels import _segment
 from ragged.ops import _scan
+from tests.paths import PATHS, use_path
 from tests.strategies import ragged_arrays
 
 INF = math.inf
@@ -24,10 +24,9 @@ SCANS = {
 }
 
 
-@pytest.fixture(params=["composite", "fast"])
+@pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
-    monkeypatch.setattr(_segment, "_FAST_MIN_NUMEL", 0 if request.param == "fast" else 1 << 62)
-    return request.param
+    return use_path(request.param, monkeypatch)
 
 
 def reference(x, name, *, reverse=False, exclusive=False):

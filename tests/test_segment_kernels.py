@@ -7,14 +7,14 @@ from hypothesis import given
 
 from ragged.kernels import _segment
 from ragged.kernels._segment import Segments
+from tests.paths import PATHS, use_path
 from tests.strategies import ragged_arrays
 
 
-@pytest.fixture(params=["composite", "fast"])
+@pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
-    monkeypatch.setattr(_segment, "_FAST_MIN_NUMEL", 0 if request.param == "fast" else 1 << 62)
     monkeypatch.setattr(_segment, "_CHUNK_BYTES", 16)  # several chunks even for tiny inputs
-    return request.param
+    return use_path(request.param, monkeypatch)
 
 
 def segments_of(x):

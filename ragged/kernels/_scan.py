@@ -1,5 +1,7 @@
 """Kernels of the segmented scans: monoids, the block layout, block prefixes, and the eager
-in-place ``autograd.Function``s. The public ops and the design are in ``ragged.ops._scan``."""
+fast path (an ``autograd.Function`` over the native streaming scans of
+``ragged.kernels._native``, with in-place torch kernels where those cannot run). The public ops
+and the design are in ``ragged.ops._scan``."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch
 from torch import Tensor
 
 from .._partition import RowPartition
+from . import _native as native
 from ._segment import use_fast_path
 
 BLOCK = 16
@@ -60,6 +63,9 @@ class Monoid:
         grid_ok: ``scan`` is safe on the padded grid of block totals in eager mode. False for
             ``torch.logcumsumexp``, whose double backward is NaN wherever an incoming gradient
             is exactly 0 (torch 2.13), as it is for the grid's unused cells.
+        name: the op's name for the native kernels.
+        in_place: the torch fallback of the eager fast path scans in place
+            (:func:`scan_in_place`); otherwise it runs the composite scan.
     """
 
     scan: Callable[[Tensor, int], Tensor]
@@ -70,15 +76,34 @@ class Monoid:
     torch_blocks: bool = False
     safe: bool = True
     grid_ok: bool = True
+    name: str = ""
+    in_place: bool = True
 
 
-SUM = Monoid(torch.cumsum, torch.add, lambda d: 0, 0, _accumulating, torch_blocks=True)
-PROD = Monoid(torch.cumprod, torch.mul, lambda d: 1, 1, _accumulating, torch_blocks=True)
-MAX = Monoid(lambda v, d: torch.cummax(v, d).values, torch.maximum, _lowest, 0)
-MIN = Monoid(lambda v, d: torch.cummin(v, d).values, torch.minimum, _highest, 0)
-LOGSUMEXP = Monoid(
-    torch.logcumsumexp, torch.logaddexp, lambda d: -math.inf, 0, safe=False, grid_ok=False
+SUM = Monoid(torch.cumsum, torch.add, lambda d: 0, 0, _accumulating, torch_blocks=True, name="sum")
+PROD = Monoid(
+    torch.cumprod,
+    torch.mul,
+    lambda d: 1,
+    1,
+    _accumulating,
+    torch_blocks=True,
+    name="prod",
+    in_place=False,
 )
+MAX = Monoid(lambda v, d: torch.cummax(v, d).values, torch.maximum, _lowest, 0, name="max")
+MIN = Monoid(lambda v, d: torch.cummin(v, d).values, torch.minimum, _highest, 0, name="min")
+LOGSUMEXP = Monoid(
+    torch.logcumsumexp,
+    torch.logaddexp,
+    lambda d: -math.inf,
+    0,
+    safe=False,
+    grid_ok=False,
+    name="logsumexp",
+    in_place=False,
+)
+MONOIDS = {m.name: m for m in (SUM, PROD, MAX, MIN, LOGSUMEXP)}
 
 
 # --- scans along an inner axis ----------------------------------------------------------------
@@ -337,53 +362,6 @@ def scan_in_place(m: Monoid, values: Tensor, lay: Layout, *, exclusive: bool) ->
     return buffer.index_select(0, lay.slots(False, previous=exclusive))
 
 
-# --- cumsum: the in-place kernel forward; its transpose (a reverse cumsum) backward ---------
-
-
-def cumsum_rows(
-    values: Tensor, level: RowPartition, max_length: Any, reverse: bool, exclusive: bool
-) -> Tensor:
-    """Segmented cumsum of ``values`` (``[N, *inner]``): in place when eager and large."""
-    if use_fast_path(values):
-        return _SegmentCumsum.apply(values, level, max_length, reverse, exclusive)
-    lay = layout(level, max_length, reverse=reverse)
-    return segmented_scan(SUM, values, lay, exclusive=exclusive)
-
-
-class _SegmentCumsum(torch.autograd.Function):
-    """Segmented cumsum. Its transpose is the cumsum in the other direction: backward is the
-    reverse scan of the gradient, jvp the same scan of the tangent. Both use the composite
-    scan, which is differentiable and runs on batched gradients (``is_grads_batched``,
-    ``jacrev``), where the in-place kernel cannot (its buffer is not batched)."""
-
-    @staticmethod
-    def forward(
-        values: Tensor, level: RowPartition, max_length: Any, reverse: bool, exclusive: bool
-    ) -> Tensor:
-        lay = layout(level, max_length, reverse=reverse)
-        return scan_in_place(SUM, values, lay, exclusive=exclusive)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        _, ctx.level, ctx.max_length, ctx.reverse, ctx.exclusive = inputs
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
-        lay = layout(ctx.level, ctx.max_length, reverse=not ctx.reverse)
-        return segmented_scan(SUM, grad, lay, exclusive=ctx.exclusive), None, None, None, None
-
-    @staticmethod
-    def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:
-        lay = layout(ctx.level, ctx.max_length, reverse=ctx.reverse)
-        return segmented_scan(SUM, tangent, lay, exclusive=ctx.exclusive)
-
-    @staticmethod
-    def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
-        if in_dims[0] is None:
-            return _SegmentCumsum.apply(values, *args), None
-        return _SegmentCumsum.apply(values.movedim(in_dims[0], 1), *args), 1
-
-
 # --- cummax, cummin: the running values, and the index of the element attaining them ---------
 
 
@@ -421,80 +399,176 @@ def _shift(out: Tensor, level: RowPartition, reverse: bool, fill: Any) -> Tensor
     return out.index_select(0, _previous_rows(level, reverse))
 
 
-class _SegmentExtreme(torch.autograd.Function):
-    """Running extrema in place; the index of the attaining elements is only computed for the
-    gradient (backward scatters to it, jvp gathers from it)."""
-
-    @staticmethod
-    def forward(
-        values: Tensor,
-        level: RowPartition,
-        max_length: Any,
-        reverse: bool,
-        exclusive: bool,
-        largest: bool,
-    ) -> Tensor:
-        lay = layout(level, max_length, reverse=reverse)
-        return scan_in_place(MAX if largest else MIN, values, lay, exclusive=exclusive)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        values, ctx.level, ctx.max_length, ctx.reverse, ctx.exclusive, ctx.largest = inputs
-        ctx.save_for_backward(values, output)
-        ctx.save_for_forward(values, output)
-
-    @staticmethod
-    def _index(ctx: Any, values: Tensor, output: Tensor) -> Tensor:
-        """The row each output reads (``N``, past the end, for an exclusive scan's first)."""
-        lay = layout(ctx.level, ctx.max_length, reverse=ctx.reverse)
-        values, output = values.detach(), output.detach()
-        if ctx.exclusive:  # the inclusive running values, again
-            m = MAX if ctx.largest else MIN
-            output = scan_in_place(m, values, lay, exclusive=False)
-        index = _records_to_index(values, output, lay, scan_in_place)
-        if ctx.exclusive:
-            index = _shift(index, ctx.level, ctx.reverse, values.shape[0])
-        return index
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
-        values, output = ctx.saved_tensors
-        index = _SegmentExtreme._index(ctx, values, output)
-        zeros = grad.new_zeros((values.shape[0] + 1, *values.shape[1:]))
-        out = zeros.scatter_add(0, index, grad)[:-1]  # out of place: works on batched grads
-        return out, None, None, None, None, None
-
-    @staticmethod
-    def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:
-        values, output = ctx.saved_tensors
-        index = _SegmentExtreme._index(ctx, values, output)
-        return torch.cat([tangent, tangent.new_zeros((1, *tangent.shape[1:]))]).gather(0, index)
-
-    @staticmethod
-    def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
-        if in_dims[0] is None:
-            return _SegmentExtreme.apply(values, *args), None
-        return _SegmentExtreme.apply(values.movedim(in_dims[0], 1), *args), 1
+def _extreme_index(
+    m: Monoid, values: Tensor, output: Tensor, level: RowPartition, max_length: Any, **how: bool
+) -> Tensor:
+    """The row each output of the running extremum ``m`` reads (``N``, past the end, for an
+    exclusive scan's first); from plain tensors, with the in-place kernels."""
+    lay = layout(level, max_length, reverse=how["reverse"])
+    values, output = values.detach(), output.detach()
+    if how["exclusive"]:  # the inclusive running values, again
+        output = scan_in_place(m, values, lay, exclusive=False)
+    index = _records_to_index(values, output, lay, scan_in_place)
+    if how["exclusive"]:
+        index = _shift(index, level, how["reverse"], values.shape[0])
+    return index
 
 
-def segmented_extreme(
+def _composite_extreme(
+    m: Monoid, values: Tensor, level: RowPartition, max_length: Any, **how: bool
+) -> Tensor:
+    """Running max or min from differentiable ops: the values gathered at the index of the
+    element ``torch.cummax`` would name (so the gradient goes there)."""
+    lay = layout(level, max_length, reverse=how["reverse"])
+    plain = values.detach()
+    with torch.no_grad():
+        running = segmented_scan(m, plain, lay, exclusive=False)
+        index = _records_to_index(plain, running, lay, segmented_scan)
+    out = values.gather(0, index)
+    if how["exclusive"]:
+        return _shift(out, level, how["reverse"], m.identity(out.dtype))
+    return out
+
+
+# --- the entry point: the eager fast path or the composite scan -------------------------------
+
+
+def scan_rows(
+    m: Monoid,
     values: Tensor,
     level: RowPartition,
     max_length: Any,
     *,
     reverse: bool,
     exclusive: bool,
-    largest: bool,
+    method: str = "auto",
 ) -> Tensor:
-    """Running max (``largest``) or min within segments. The gradient of each output goes to
-    the element ``torch.cummax`` would name (the composite path gathers at that index)."""
+    """The scan ``m`` of ``values`` (``[N, *inner]``) within the segments of ``level``.
+
+    Large inputs in eager mode take :class:`_SegmentScan`; otherwise the composite scan runs
+    (``method`` picks its block prefixes, see :func:`layout`). Running extrema route their
+    gradient to the element ``torch.cummax`` would name.
+    """
     if use_fast_path(values):
-        return _SegmentExtreme.apply(values, level, max_length, reverse, exclusive, largest)
-    m = MAX if largest else MIN
-    lay = layout(level, max_length, reverse=reverse)
-    plain = values.detach()
-    with torch.no_grad():
-        running = segmented_scan(m, plain, lay, exclusive=False)
-        index = _records_to_index(plain, running, lay, segmented_scan)
-    out = values.gather(0, index)
-    return _shift(out, level, reverse, m.identity(out.dtype)) if exclusive else out
+        return _SegmentScan.apply(values, level, max_length, m.name, reverse, exclusive)
+    return _composite(m, values, level, max_length, reverse, exclusive, method)
+
+
+def _composite(
+    m: Monoid,
+    values: Tensor,
+    level: RowPartition,
+    max_length: Any,
+    reverse: bool,
+    exclusive: bool,
+    method: str = "auto",
+) -> Tensor:
+    if m is MAX or m is MIN:
+        return _composite_extreme(
+            m, values, level, max_length, reverse=reverse, exclusive=exclusive
+        )
+    lay = layout(level, max_length, reverse=reverse, grid_ok=m.grid_ok, method=method)
+    return segmented_scan(m, values, lay, exclusive=exclusive)
+
+
+def _pullback(fn: Callable[[Tensor], Tensor], x: Tensor) -> Callable[[Tensor], Any]:
+    """The vector-Jacobian product function of ``fn`` at ``x`` (``torch.func.vjp``)."""
+    return torch.func.vjp(fn, x)[1]
+
+
+class _SegmentScan(torch.autograd.Function):
+    """One segmented scan, eager. Forward and backward are the native streaming kernels
+    (``ragged.kernels._native``: one pass per segment, exact: each segment's result depends on
+    its own rows only) on plain float CPU tensors, and in-place torch kernels (cumsum, cummax,
+    cummin) or the composite scan (cumprod, logcumsumexp) elsewhere.
+
+    Backward: cumsum's transpose is the cumsum in the other direction; running extrema send each
+    output's gradient to the element attaining it; cumprod and logcumsumexp use the native
+    reverse recurrences (exact with zeros and ``-inf``). Batched gradients (``jacrev``,
+    ``is_grads_batched``) and double backward take differentiable torch ops instead: the reverse
+    composite cumsum, a scatter to the attaining elements, or the vector-Jacobian product of the
+    composite scan (``torch.func.vjp``). ``jvp`` and ``vmap`` rules make every transform work.
+    """
+
+    @staticmethod
+    def forward(
+        values: Tensor,
+        level: RowPartition,
+        max_length: Any,
+        op: str,
+        reverse: bool,
+        exclusive: bool,
+    ) -> Tensor:
+        if native.usable(values):
+            return native.segment_scan(values, level.offsets, op, reverse, exclusive)
+        m = MONOIDS[op]
+        lay = layout(level, max_length, reverse=reverse, grid_ok=m.grid_ok)
+        if m.in_place:
+            return scan_in_place(m, values, lay, exclusive=exclusive)
+        return segmented_scan(m, values, lay, exclusive=exclusive)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        values, ctx.level, ctx.max_length, ctx.op, ctx.reverse, ctx.exclusive = inputs
+        if ctx.op != "sum":  # the sum's derivatives need no tensor
+            ctx.save_for_backward(values, output)
+            ctx.save_for_forward(values, output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
+        none = (None,) * 5
+        level, reverse, exclusive = ctx.level, ctx.reverse, ctx.exclusive
+        plain = not torch.is_grad_enabled()  # no graph of the gradient is being built
+        if ctx.op == "sum":
+            if plain and native.usable(grad):
+                return native.segment_scan(
+                    grad, level.offsets, "sum", not reverse, exclusive
+                ), *none
+            lay = layout(level, ctx.max_length, reverse=not reverse)
+            return segmented_scan(SUM, grad, lay, exclusive=exclusive), *none
+        values, output = ctx.saved_tensors
+        if plain and native.usable(values, output, grad):
+            gin = native.segment_scan_backward(
+                values.detach(), level.offsets, output.detach(), grad, ctx.op, reverse, exclusive
+            )
+            return gin, *none
+        m = MONOIDS[ctx.op]
+        if m is MAX or m is MIN:  # out of place: works on batched gradients
+            how = {"reverse": reverse, "exclusive": exclusive}
+            index = _extreme_index(m, values, output, level, ctx.max_length, **how)
+            zeros = grad.new_zeros((values.shape[0] + 1, *values.shape[1:]))
+            return zeros.scatter_add(0, index, grad)[:-1], *none
+
+        def scan(v: Tensor) -> Tensor:
+            return _composite(m, v, level, ctx.max_length, reverse, exclusive)
+
+        return _pullback(scan, values)(grad)[0], *none
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:
+        level, reverse, exclusive = ctx.level, ctx.reverse, ctx.exclusive
+        if ctx.op == "sum":  # linear
+            return scan_rows(
+                SUM, tangent, level, ctx.max_length, reverse=reverse, exclusive=exclusive
+            )
+        values, output = ctx.saved_tensors
+        m = MONOIDS[ctx.op]
+        if m is MAX or m is MIN:
+            how = {"reverse": reverse, "exclusive": exclusive}
+            index = _extreme_index(m, values, output, level, ctx.max_length, **how)
+            padded = torch.cat([tangent, tangent.new_zeros((1, *tangent.shape[1:]))])
+            return padded.gather(0, index)
+
+        def scan(v: Tensor) -> Tensor:
+            return _composite(m, v, level, ctx.max_length, reverse, exclusive)
+
+        # Forward mode cannot nest (a jvp rule runs inside a dual level), so the tangent goes
+        # through the transpose of the (linear) vector-Jacobian product: J t = vjp(u -> J^T u).
+        pullback = _pullback(scan, values)
+        return _pullback(lambda u: pullback(u)[0], torch.zeros_like(output))(tangent)[0]
+
+    @staticmethod
+    def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
+        if in_dims[0] is None:
+            return _SegmentScan.apply(values, *args), None
+        return _SegmentScan.apply(values.movedim(in_dims[0], 1), *args), 1

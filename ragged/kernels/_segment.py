@@ -5,16 +5,28 @@ Every kernel has two implementations with the same semantics:
 * a *composite* one made of differentiable torch ops (``index_add``, ``scatter_reduce``,
   ``index_select``): it works under every ``torch.func`` transform (grad, vjp, jvp, jacfwd,
   hessian, vmap) and under ``torch.compile``, where Inductor fuses it; and
-* an *eager fast path* for large inputs, an ``autograd.Function`` that avoids the large
-  temporaries the composite allocates. On CPU with the default allocator every fresh tensor over
-  ~32 MB is page-faulted on first touch, which costs far more than the arithmetic (measured here:
-  ``index_select`` into a fresh 256 MB tensor 140 ms, into an existing one 11 ms). The fast paths
-  allocate one output and work in place on it, and feed ``index_add_``/``scatter_reduce_`` in
-  chunks of ~16 MB (one 256 MB ``index_add_`` call: 35 ms; the same rows in 16 MB chunks: 15 ms).
-  Their backward updates only buffers derived from the incoming gradient in place, so it also
-  runs batched (``jacrev``, ``hessian``, ``is_grads_batched``); it uses the composite ops when a
-  graph of the gradient is being built (double backward); and the Functions define ``jvp`` and
-  ``vmap`` rules, so every transform still works.
+* an *eager fast path* for large inputs, an ``autograd.Function`` whose forward and backward
+  are streaming kernels over sorted segments (``ragged.kernels._native``: one pass over the rows
+  in order, the segment's accumulators in cache, each output written once) where the segments
+  are contiguous runs of float32/float64 CPU rows and a C compiler is available. Elsewhere (no
+  compiler, other dtypes or devices, strided groups) the Functions run torch ops that avoid the
+  large temporaries the composite allocates: on CPU with the default allocator every fresh
+  tensor over ~32 MB is page-faulted on first touch, which costs far more than the arithmetic
+  (``index_select`` into a fresh 256 MB tensor 140 ms, into an existing one 11 ms), so they
+  allocate one output, work in place on it, and feed ``index_add_``/``scatter_reduce_`` in
+  chunks of ~16 MB (one 256 MB ``index_add_`` call: 35 ms; in 16 MB chunks: 15 ms). Large
+  outputs are allocated on transparent huge pages where the OS allows it
+  (:func:`ragged.kernels._native.empty`: a fresh 256 MB output costs 30 ms instead of 140).
+  Backward passes run the native kernels only on plain gradients outside double backward;
+  batched gradients (``jacrev``, ``hessian``, ``is_grads_batched``) and graphs of the gradient
+  (double backward) take torch ops that only update buffers derived from the incoming
+  gradient, and the Functions define ``jvp`` and ``vmap`` rules, so every transform still works.
+
+Accuracy. Sums accumulate float32 (and half) rows in float64 on every path: the native kernels
+keep double accumulators, the composite and torch paths accumulate in a float64 buffer for
+segments that can be long (more than 512 rows in eager mode; always under ``torch.compile``,
+where the conversion fuses into the scatter). A float32 segment of 10^6 rows is then summed as
+accurately as ``torch.sum`` does it (``docs/semantics.md``, "Accuracy").
 
 ``torch.compile`` does not trace ``autograd.Function``s that define ``jvp``, so compiled code
 always takes the composite path.
@@ -29,8 +41,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from . import _native as native
+
 _FAST_MIN_NUMEL = 1 << 18  # below this the composite path is faster (fixed overheads dominate)
 _CHUNK_BYTES = 16 << 20
+_LONG_ROWS = 512  # eager composite sums of more rows accumulate float32 in float64
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -56,6 +71,11 @@ def use_fast_path(values: Tensor) -> bool:
     return not torch.compiler.is_compiling() and values.numel() >= _FAST_MIN_NUMEL
 
 
+def _native_rows(values: Tensor, offsets: Tensor | None, *others: Tensor | None) -> bool:
+    """Whether the native kernels run: contiguous groups and plain float CPU tensors."""
+    return offsets is not None and native.usable(values, *others)
+
+
 def _chunks(rows: int, row_numel: int, itemsize: int) -> Iterator[slice]:
     step = max(4096, _CHUNK_BYTES // max(1, row_numel * itemsize))
     for start in range(0, rows, step):
@@ -74,6 +94,14 @@ def _fill_tensor(like: Tensor, num: int, fill: float | int | bool) -> Tensor:
     return like.new_full((num, *like.shape[1:]), fill)
 
 
+def _gather_rows(per_segment: Tensor, ids: Tensor) -> Tensor:
+    """``per_segment[ids]``; a plain CPU result outside autograd goes into a huge-page buffer."""
+    if native.plain(per_segment) and not native.differentiable(per_segment):
+        out = native.empty((ids.shape[0], *per_segment.shape[1:]), per_segment.dtype)
+        return torch.index_select(per_segment, 0, ids, out=out)
+    return per_segment.index_select(0, ids)
+
+
 # --- vmap support shared by the Functions -----------------------------------------------------
 
 
@@ -87,18 +115,26 @@ def _rows_first(values: Tensor, batch_dim: int | None) -> tuple[Tensor, int | No
 # --- segment sum ------------------------------------------------------------------------------
 
 
+def _accumulator(values: Tensor) -> torch.dtype:
+    """The dtype sums of ``values`` accumulate in: float64 for float32 and half (not on MPS,
+    which has no float64), else the values' own."""
+    low = values.dtype in (torch.float32, torch.float16, torch.bfloat16)
+    return torch.float64 if low and values.device.type != "mps" else values.dtype
+
+
 def _index_add_chunked(out: Tensor, ids: Tensor, values: Tensor) -> Tensor:
     for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
-        out.index_add_(0, ids[part], values[part])
+        out.index_add_(0, ids[part], values[part].to(out.dtype))
     return out
 
 
 def _sum_out_of_place(values: Tensor, ids: Tensor, num: int, parts: list[slice]) -> Tensor:
     """Chunked segment sum without in-place updates (safe on batched gradients)."""
-    total = values.new_zeros((num, *values.shape[1:]))
+    acc = _accumulator(values)
+    total = values.new_zeros((num, *values.shape[1:]), dtype=acc)
     for part in parts:
-        total = total.index_add(0, ids[part], values[part])
-    return total
+        total = total.index_add(0, ids[part], values[part].to(acc))
+    return total.to(values.dtype)
 
 
 def segment_sum(values: Tensor, segments: Segments) -> Tensor:
@@ -109,37 +145,45 @@ def segment_sum(values: Tensor, segments: Segments) -> Tensor:
     tensor([3., 0., 3.])
     """
     if use_fast_path(values):
-        return _SegmentSum.apply(values, segments.ids, segments.num)
-    zeros = values.new_zeros((segments.num, *values.shape[1:]))
-    return zeros.index_add(0, segments.ids, values)
+        return _SegmentSum.apply(values, segments.ids, segments.num, segments.offsets)
+    acc = values.dtype
+    if torch.compiler.is_compiling() or values.shape[0] > _LONG_ROWS:
+        acc = _accumulator(values)
+    zeros = values.new_zeros((segments.num, *values.shape[1:]), dtype=acc)
+    return zeros.index_add(0, segments.ids, values.to(acc)).to(values.dtype)
 
 
 class _SegmentSum(torch.autograd.Function):
     @staticmethod
-    def forward(values: Tensor, ids: Tensor, num: int) -> Tensor:
-        return _index_add_chunked(values.new_zeros((num, *values.shape[1:])), ids, values)
+    def forward(values: Tensor, ids: Tensor, num: int, offsets: Tensor | None) -> Tensor:
+        if _native_rows(values, offsets):
+            assert offsets is not None
+            return native.segment_sum(values, offsets)
+        total = values.new_zeros((num, *values.shape[1:]), dtype=_accumulator(values))
+        return _index_add_chunked(total, ids, values).to(values.dtype)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        _, ids, num = inputs
+        _, ids, num, offsets = inputs
         ctx.save_for_backward(ids)
         ctx.save_for_forward(ids)
         ctx.num = num
+        ctx.offsets = offsets
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         (ids,) = ctx.saved_tensors
-        return grad.index_select(0, ids), None, None
+        return _gather_rows(grad, ids), None, None, None
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:
         (ids,) = ctx.saved_tensors
-        return segment_sum(tangent, Segments(ids, ctx.num, ids.new_empty(0)))
+        return segment_sum(tangent, Segments(ids, ctx.num, ids.new_empty(0), ctx.offsets))
 
     @staticmethod
-    def vmap(info: Any, in_dims: Any, values: Tensor, ids: Tensor, num: int) -> Any:
+    def vmap(info: Any, in_dims: Any, values: Tensor, ids: Tensor, num: int, offsets: Any) -> Any:
         values, out_dim = _rows_first(values, in_dims[0])
-        return _SegmentSum.apply(values, ids, num), out_dim
+        return _SegmentSum.apply(values, ids, num, offsets), out_dim
 
 
 # --- segment max / min ------------------------------------------------------------------------
@@ -155,41 +199,72 @@ def segment_amax(values: Tensor, segments: Segments, fill: float | int | bool) -
     >>> segment_amax(torch.tensor([1.0, 2.0, 3.0]), s, float("nan"))
     tensor([2., nan, 3.])
     """
+    return _extreme(values, segments, fill, largest=True)
+
+
+def segment_amin(values: Tensor, segments: Segments, fill: float | int | bool) -> Tensor:
+    """Per-group minima, ``[num, *inner]``; empty groups give ``fill``.
+
+    >>> s = Segments(torch.tensor([0, 0, 2]), 3, torch.tensor([2, 0, 1]))
+    >>> segment_amin(torch.tensor([1.0, 2.0, 3.0]), s, float("nan"))
+    tensor([1., nan, 3.])
+    """
+    return _extreme(values, segments, fill, largest=False)
+
+
+def _extreme(values: Tensor, segments: Segments, fill: Any, largest: bool) -> Tensor:
     if use_fast_path(values):
-        return _SegmentAmax.apply(values, segments.ids, segments.counts, fill)
+        return _SegmentExtreme.apply(
+            values, segments.ids, segments.counts, segments.offsets, fill, largest
+        )
     out = _fill_tensor(values, segments.num, fill)
-    return out.scatter_reduce(
-        0, _expand_ids(segments.ids, values), values, "amax", include_self=False
-    )
+    how = "amax" if largest else "amin"
+    return out.scatter_reduce(0, _expand_ids(segments.ids, values), values, how, include_self=False)
 
 
-def _lowest(dtype: torch.dtype) -> float | int | bool:
+def _extreme_value(dtype: torch.dtype, largest: bool) -> float | int | bool:
+    """The identity of max (``largest``) or min: the dtype's lowest or highest value."""
     if dtype == torch.bool:
-        return False
+        return not largest
     if dtype.is_floating_point:
-        return float("-inf")
-    return torch.iinfo(dtype).min
+        return float("-inf") if largest else float("inf")
+    return torch.iinfo(dtype).min if largest else torch.iinfo(dtype).max
 
 
-class _SegmentAmax(torch.autograd.Function):
+class _SegmentExtreme(torch.autograd.Function):
     @staticmethod
-    def forward(values: Tensor, ids: Tensor, counts: Tensor, fill: float | int | bool) -> Tensor:
-        out = _fill_tensor(values, counts.shape[0], _lowest(values.dtype))
+    def forward(
+        values: Tensor,
+        ids: Tensor,
+        counts: Tensor,
+        offsets: Tensor | None,
+        fill: float | int | bool,
+        largest: bool,
+    ) -> Tensor:
+        if _native_rows(values, offsets):
+            assert offsets is not None
+            return native.segment_extreme(values, offsets, float(fill), largest)
+        out = _fill_tensor(values, counts.shape[0], _extreme_value(values.dtype, largest))
+        how = "amax" if largest else "amin"
         for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
             chunk = values[part]
-            out.scatter_reduce_(0, _expand_ids(ids[part], chunk), chunk, "amax")
+            out.scatter_reduce_(0, _expand_ids(ids[part], chunk), chunk, how)
         empty = (counts == 0).view(-1, *[1] * (values.dim() - 1))
         return out.masked_fill_(empty, fill)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        values, ids, counts, _ = inputs
+        values, ids, counts, offsets, _, _ = inputs
         ctx.save_for_backward(values, ids, counts, output)
         ctx.save_for_forward(values, ids, counts, output)
+        ctx.offsets = offsets
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         values, ids, _counts, output = (t.detach() for t in ctx.saved_tensors)
+        none = (None,) * 5
+        if not torch.is_grad_enabled() and _native_rows(values, ctx.offsets, output, grad):
+            return native.segment_extreme_backward(values, ctx.offsets, output, grad), *none
         parts = list(_chunks(values.shape[0], _row_numel(values), values.element_size()))
         attained = torch.empty(values.shape, dtype=torch.bool, device=values.device)
         ties = torch.zeros_like(output)
@@ -197,34 +272,25 @@ class _SegmentAmax(torch.autograd.Function):
             torch.eq(values[part], output.index_select(0, ids[part]), out=attained[part])
             ties.index_add_(0, ids[part], attained[part].to(ties.dtype))
         result = (grad / ties.clamp_min_(1)).index_select(0, ids)
-        return result.mul_(attained), None, None, None
+        return result.mul_(attained), *none
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:
         values, ids, counts, output = ctx.saved_tensors
         weights = _tie_weights(values, ids, counts.shape[0], output)
-        return segment_sum(tangent * weights, Segments(ids, counts.shape[0], counts))
+        return segment_sum(tangent * weights, Segments(ids, counts.shape[0], counts, ctx.offsets))
 
     @staticmethod
-    def vmap(
-        info: Any, in_dims: Any, values: Tensor, ids: Tensor, counts: Tensor, fill: Any
-    ) -> Any:
+    def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
         values, out_dim = _rows_first(values, in_dims[0])
-        return _SegmentAmax.apply(values, ids, counts, fill), out_dim
+        return _SegmentExtreme.apply(values, *args), out_dim
 
 
 def _tie_weights(values: Tensor, ids: Tensor, num: int, output: Tensor) -> Tensor:
-    """Each row's share of its group's maximum: 1 / (number of ties) where attained, else 0."""
+    """Each row's share of its group's extremum: 1 / (number of ties) where attained, else 0."""
     attained = (values == output.index_select(0, ids)).to(values.dtype)
     ties = values.new_zeros((num, *values.shape[1:])).index_add(0, ids, attained)
     return attained / ties.clamp_min(1).index_select(0, ids)
-
-
-def segment_amin(values: Tensor, segments: Segments, fill: float | int | bool) -> Tensor:
-    """Per-group minima (``-segment_amax(-values)``); empty groups give ``fill``."""
-    if values.dtype == torch.bool:
-        return ~segment_amax(~values, segments, not fill)
-    return -segment_amax(-values, segments, -fill)
 
 
 # --- gathering back to rows -------------------------------------------------------------------
@@ -257,7 +323,7 @@ def segment_softmax(values: Tensor, segments: Segments, *, log: bool = False) ->
     tensor([0.5000, 0.5000, 1.0000])
     """
     if use_fast_path(values) and values.is_floating_point():
-        return _SegmentSoftmax.apply(values, segments.ids, segments.counts, log)
+        return _SegmentSoftmax.apply(values, segments.ids, segments.counts, segments.offsets, log)
     shifted = values - gather(_stable_max(values, segments), segments)
     exp = shifted.exp()
     total = segment_sum(exp, segments)
@@ -268,13 +334,19 @@ def segment_softmax(values: Tensor, segments: Segments, *, log: bool = False) ->
 
 class _SegmentSoftmax(torch.autograd.Function):
     @staticmethod
-    def forward(values: Tensor, ids: Tensor, counts: Tensor, log: bool) -> Tensor:
-        segments = Segments(ids, counts.shape[0], counts)
+    def forward(
+        values: Tensor, ids: Tensor, counts: Tensor, offsets: Tensor | None, log: bool
+    ) -> Tensor:
+        if _native_rows(values, offsets):
+            assert offsets is not None
+            return native.segment_softmax(values, offsets, log)
+        segments = Segments(ids, counts.shape[0], counts, offsets)
         shift = _stable_max(values, segments)
-        out = shift.index_select(0, ids)
+        out = _gather_rows(shift, ids)
         torch.sub(values, out, out=out)
         out.exp_()
-        total = _index_add_chunked(torch.zeros_like(shift), ids, out)
+        total = _index_add_chunked(torch.zeros_like(shift, dtype=_accumulator(shift)), ids, out)
+        total = total.to(shift.dtype)
         parts = _chunks(values.shape[0], _row_numel(values), values.element_size())
         if log:
             shift.add_(total.log_())
@@ -287,41 +359,44 @@ class _SegmentSoftmax(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        _, ids, counts, log = inputs
+        _, ids, counts, offsets, log = inputs
         ctx.save_for_backward(ids, counts, output)
         ctx.save_for_forward(ids, counts, output)
+        ctx.offsets = offsets
         ctx.log = log
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         ids, counts, out = ctx.saved_tensors
-        segments = Segments(ids, counts.shape[0], counts)
+        segments = Segments(ids, counts.shape[0], counts, ctx.offsets)
+        none = (None,) * 4
         if torch.is_grad_enabled():  # double backward: build the graph from composite ops
-            return _softmax_vjp(grad, out, segments, ctx.log), None, None, None
+            return _softmax_vjp(grad, out, segments, ctx.log), *none
+        if _native_rows(out, ctx.offsets, grad):
+            return native.segment_softmax_backward(out, ctx.offsets, grad, ctx.log), *none
         # Buffers written in place derive from `grad`, so this also runs batched (vmap).
         parts = list(_chunks(out.shape[0], _row_numel(out), out.element_size()))
         if ctx.log:  # grad - exp(out) * sum(grad)
             buffer = _sum_out_of_place(grad, ids, counts.shape[0], parts).index_select(0, ids)
             for part in parts:
                 buffer[part].mul_(out[part].exp()).neg_().add_(grad[part])
-            return buffer, None, None, None
+            return buffer, *none
         buffer = grad * out  # out * (grad - sum(grad * out))
         total = _sum_out_of_place(buffer, ids, counts.shape[0], parts)
         for part in parts:
             buffer[part].copy_(grad[part]).sub_(total.index_select(0, ids[part])).mul_(out[part])
-        return buffer, None, None, None
+        return buffer, *none
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:
         ids, counts, out = ctx.saved_tensors
-        return _softmax_jvp(tangent, out, Segments(ids, counts.shape[0], counts), ctx.log)
+        segments = Segments(ids, counts.shape[0], counts, ctx.offsets)
+        return _softmax_jvp(tangent, out, segments, ctx.log)
 
     @staticmethod
-    def vmap(
-        info: Any, in_dims: Any, values: Tensor, ids: Tensor, counts: Tensor, log: bool
-    ) -> Any:
+    def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
         values, out_dim = _rows_first(values, in_dims[0])
-        return _SegmentSoftmax.apply(values, ids, counts, log), out_dim
+        return _SegmentSoftmax.apply(values, *args), out_dim
 
 
 def _softmax_jvp(tangent: Tensor, out: Tensor, segments: Segments, log: bool) -> Tensor:
@@ -427,49 +502,56 @@ def segment_logsumexp(values: Tensor, segments: Segments) -> Tensor:
     tensor([0.6931,   -inf, 5.0000])
     """
     if use_fast_path(values) and values.is_floating_point():
-        return _SegmentLogsumexp.apply(values, segments.ids, segments.counts)
+        return _SegmentLogsumexp.apply(values, segments.ids, segments.counts, segments.offsets)
     peak = _stable_max(values, segments)
     return segment_sum((values - gather(peak, segments)).exp(), segments).log() + peak
 
 
 class _SegmentLogsumexp(torch.autograd.Function):
     @staticmethod
-    def forward(values: Tensor, ids: Tensor, counts: Tensor) -> Tensor:
-        peak = _stable_max(values, Segments(ids, counts.shape[0], counts))
-        total = torch.zeros_like(peak)
+    def forward(values: Tensor, ids: Tensor, counts: Tensor, offsets: Tensor | None) -> Tensor:
+        if _native_rows(values, offsets):
+            assert offsets is not None
+            return native.segment_logsumexp(values, offsets)
+        peak = _stable_max(values, Segments(ids, counts.shape[0], counts, offsets))
+        total = torch.zeros_like(peak, dtype=_accumulator(peak))
         for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
             shifted = values[part] - peak.index_select(0, ids[part])
-            total.index_add_(0, ids[part], shifted.exp_())
-        return total.log_().add_(peak)
+            total.index_add_(0, ids[part], shifted.exp_().to(total.dtype))
+        return total.log_().to(peak.dtype).add_(peak)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-        values, ids, counts = inputs
+        values, ids, counts, offsets = inputs
         ctx.save_for_backward(values, ids, counts, output)
         ctx.save_for_forward(values, ids, counts, output)
+        ctx.offsets = offsets
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         values, ids, _counts, output = ctx.saved_tensors
+        none = (None,) * 3
         if torch.is_grad_enabled():  # double backward: build the graph from composite ops
             weights = (values - output.index_select(0, ids)).exp()
-            return weights * grad.index_select(0, ids), None, None
+            return weights * grad.index_select(0, ids), *none
+        values, output = values.detach(), output.detach()
+        if _native_rows(values, ctx.offsets, output, grad):
+            return native.segment_logsumexp_backward(values, ctx.offsets, output, grad), *none
         # d lse / d x = softmax(x): scale the gathered gradient in place, chunk by chunk. The
         # buffer derives from `grad`, so this also runs batched (vmap over gradients).
-        values, output = values.detach(), output.detach()
         result = grad.index_select(0, ids)
         for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
             weights = (values[part] - output.index_select(0, ids[part])).exp_()
             result[part].mul_(weights)
-        return result, None, None
+        return result, *none
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:
         values, ids, counts, output = ctx.saved_tensors
         weights = (values - output.index_select(0, ids)).exp()
-        return segment_sum(tangent * weights, Segments(ids, counts.shape[0], counts))
+        return segment_sum(tangent * weights, Segments(ids, counts.shape[0], counts, ctx.offsets))
 
     @staticmethod
-    def vmap(info: Any, in_dims: Any, values: Tensor, ids: Tensor, counts: Tensor) -> Any:
+    def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
         values, out_dim = _rows_first(values, in_dims[0])
-        return _SegmentLogsumexp.apply(values, ids, counts), out_dim
+        return _SegmentLogsumexp.apply(values, *args), out_dim

@@ -86,15 +86,13 @@ from ..kernels._scan import (  # noqa: F401
     _prefix_padded,
     _previous_rows,
     _records_to_index,
-    _SegmentCumsum,
-    _SegmentExtreme,
+    _SegmentScan,
     _shift,
     _with_prefix,
     block_size,
-    cumsum_rows,
     layout,
     scan_in_place,
-    segmented_extreme,
+    scan_rows,
     segmented_scan,
 )
 from ._grouping import group
@@ -113,7 +111,6 @@ def _scan(
     exclusive: bool,
     *,
     float_only: bool = False,
-    extreme: bool | None = None,
 ) -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
@@ -133,18 +130,16 @@ def _scan(
             _dense_scan(m, x.values, dim - nr, reverse, exclusive), x.partition, x.axes
         )
     if dim < nr:  # the outer axis of (B, N*, M*): scan each column's entries, in row order
-        return _scan_outer_axis(x, m, reverse, exclusive, extreme)
+        return _scan_outer_axis(x, m, reverse, exclusive)
     level, max_length = x.partition.levels[-1], x.partition.max_length(nr - 1)
     return RaggedArray(
-        _scan_level(m, x.values, level, max_length, reverse, exclusive, extreme),
+        _scan_level(m, x.values, level, max_length, reverse, exclusive),
         x.partition,
         x.axes,
     )
 
 
-def _scan_outer_axis(
-    x: RaggedArray, m: Any, reverse: bool, exclusive: bool, extreme: bool | None
-) -> RaggedArray:
+def _scan_outer_axis(x: RaggedArray, m: Any, reverse: bool, exclusive: bool) -> RaggedArray:
     """Scan over ``i`` of ``(B, N*, M*)``: gather each column ``(b, j)`` into a contiguous run
     (a stable sort of the column ids keeps row order), scan the runs, scatter back."""
     grouping = group(x, (1,), exact=False)
@@ -153,9 +148,7 @@ def _scan_outer_axis(
     runs = RowPartition.from_lengths(grouping.segments.counts, ids.shape[0])
     # A run has at most one entry per row of its segment: the row count bounds its length.
     bound = x.partition.max_length(0)
-    scanned = _scan_level(
-        m, x.values.index_select(0, order), runs, bound, reverse, exclusive, extreme
-    )
+    scanned = _scan_level(m, x.values.index_select(0, order), runs, bound, reverse, exclusive)
     out = torch.empty_like(scanned).index_copy(0, order, scanned)
     return RaggedArray(out, x.partition, x.axes)
 
@@ -167,25 +160,17 @@ def _scan_level(
     max_length: int,
     reverse: bool,
     exclusive: bool,
-    extreme: bool | None,
 ) -> Tensor:
     """The segmented scan of ``values`` whose runs are the rows of ``level``."""
-    if m is SUM:
-        out = cumsum_rows(values, level, max_length, reverse, exclusive)
-    elif extreme is not None:
-        out = segmented_extreme(
-            values, level, max_length, reverse=reverse, exclusive=exclusive, largest=extreme
-        )
-    else:
-        # torch.cumprod's backward reads the size of its scanned dim (guard_int): on the padded
-        # grid under compile that would be one graph per width, so training takes doubling
-        # (one graph per power of two of the width); inference keeps the padded grid.
-        method = "auto"
-        if m is PROD and values.requires_grad and torch.compiler.is_compiling():
-            method = "doubling"
-        lay = layout(level, max_length, reverse=reverse, grid_ok=m.grid_ok, method=method)
-        out = segmented_scan(m, values, lay, exclusive=exclusive)
-    return out
+    # torch.cumprod's backward reads the size of its scanned dim (guard_int): on the padded
+    # grid under compile that would be one graph per width, so training takes doubling (one
+    # graph per power of two of the width); inference keeps the padded grid.
+    method = "auto"
+    if m is PROD and values.requires_grad and torch.compiler.is_compiling():
+        method = "doubling"
+    return scan_rows(
+        m, values, level, max_length, reverse=reverse, exclusive=exclusive, method=method
+    )
 
 
 def cumsum(
@@ -248,7 +233,7 @@ def cummax(
     >>> ragged.cummax(x, reverse=True).to_list()
     [[3.0, 3.0, 2.0], [], [5.0, 5.0]]
     """
-    return _scan("ragged.cummax", MAX, x, axis, reverse, exclusive, extreme=True)
+    return _scan("ragged.cummax", MAX, x, axis, reverse, exclusive)
 
 
 def cummin(
@@ -260,7 +245,7 @@ def cummin(
     >>> ragged.cummin(ragged.array([[3.0, 1.0, 2.0], [4.0]])).to_list()
     [[3.0, 1.0, 1.0], [4.0]]
     """
-    return _scan("ragged.cummin", MIN, x, axis, reverse, exclusive, extreme=False)
+    return _scan("ragged.cummin", MIN, x, axis, reverse, exclusive)
 
 
 def logcumsumexp(

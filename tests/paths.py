@@ -1,0 +1,19 @@
+"""The three implementations of the segment kernels, for tests that run each of them."""
+
+import pytest
+
+from ragged.kernels import _native, _segment
+
+PATHS = ["composite", "torch", "native"]
+
+
+def use_path(name: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Route segment kernels through ``name``: the composite ops (any size), the eager fast
+    path's torch kernels (native library off), or its native kernels (skipped without a C
+    compiler)."""
+    monkeypatch.setattr(_segment, "_FAST_MIN_NUMEL", 1 << 62 if name == "composite" else 0)
+    if name == "torch":
+        monkeypatch.setitem(_native._state, "lib", None)
+    if name == "native" and _native.library() is None:
+        pytest.skip("no C compiler here: the native kernels cannot be built")
+    return name
