@@ -11,9 +11,17 @@ For every op (``ragged.<op>(x, axis=1)``), forward and forward+backward:
   logsumexp and softmax, +inf for sort), the dense op over the padded axis, and for row-wise
   outputs (softmax, cumsum, sort) the gather back to rows; the gradient flows through all of it;
 * **plain torch**: several compositions over ``values`` and the precomputed segment ids / offsets
-  (``index_add_``, ``scatter_reduce``, ``torch.segment_reduce``, a sparse CSR matmul, cumsum
-  tricks, stable double sorts, a Python loop over segments); the fastest one that matches the
-  ragged result is reported.
+  (``index_add_``, ``scatter_reduce``, ``torch.segment_reduce``, a sparse CSR matmul,
+  ``embedding_bag``, cumsum tricks, stable double sorts, a Python loop over segments); the
+  fastest one that matches the ragged result is reported;
+* **JAX** (optional peer, skipped with a note when ``jax`` is not installed): ``jax.jit`` of
+  ``jax.ops.segment_sum`` / ``segment_max`` / ``segment_min`` with ``num_segments`` and
+  ``indices_are_sorted=True`` on the same data in the same process, XLA on one thread; softmax
+  and logsumexp as segment_max (under ``stop_gradient``), exp, segment_sum and a gather; the
+  scans as ``jax.lax.associative_scan`` with segment-start flags (exact), and for cumsum also
+  the usual trick of a global ``cumsum`` minus its value at each segment start (lossy in
+  float32: reported, marked "wrong"); forward+backward through ``jax.value_and_grad`` of
+  ``sum(op(values) * grad)``.
 
 Ratios are *other time / ragged time* (above 1: ragged is faster). GB/s counts the bytes an op
 must read and write at least (stated per op; index tensors not counted), against a same-run
@@ -23,19 +31,24 @@ copy of ``values`` (``out.copy_(values)`` into an existing tensor, the ratio's r
 The eager-overhead table times tiny inputs (B=4, lengths <= 8, D=8): ``x + y`` and
 ``ragged.sum(x, axis=1)`` against the same plain torch op on ``values`` (target: at most 3x).
 
-Usage: ``python benchmarks/ops.py [--quick] [--metric cpu|wall] [--json out.json]``.
+cumprod runs on ``1 + values / 64`` (products of thousands of N(0, 1) factors leave float32's
+range); every other op on ``values``.
+
+Usage: ``python benchmarks/ops.py [--quick] [--metric cpu|wall] [--ops a,b] [--json out.json]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -45,8 +58,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ragged
 from ragged.bench import Table, compare, per_call, write_result
 
-OPS = ["sum", "mean", "max", "logsumexp", "softmax", "cumsum", "sort"]
-ROW_WISE = {"softmax", "cumsum", "sort"}  # outputs one row per input row
+SCANS = ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"]
+OPS = ["sum", "mean", "max", "min", "logsumexp", "softmax", *SCANS, "sort"]
+ROW_WISE = {"softmax", "sort", *SCANS}  # outputs one row per input row
 MAX_OVER_MEAN = 7.65
 
 
@@ -168,9 +182,14 @@ def padded_variant(op: str, d: Data) -> Variant:
         "sum": lambda v: pad(v, 0.0).sum(1),
         "mean": lambda v: pad(v, 0.0).sum(1) / counts,
         "max": lambda v: pad(v, -inf).amax(1),
+        "min": lambda v: pad(v, inf).amin(1),
         "logsumexp": lambda v: pad(v, -inf).logsumexp(1),
         "softmax": lambda v: unpad(pad(v, -inf).softmax(1)),
         "cumsum": lambda v: unpad(pad(v, 0.0).cumsum(1)),
+        "cumprod": lambda v: unpad(pad(v, 1.0).cumprod(1)),
+        "cummax": lambda v: unpad(pad(v, -inf).cummax(1).values),
+        "cummin": lambda v: unpad(pad(v, inf).cummin(1).values),
+        "logcumsumexp": lambda v: unpad(pad(v, -inf).logcumsumexp(1)),
         "sort": lambda v: unpad(pad(v, inf).sort(dim=1, stable=True).values),
     }
     return table[op]
@@ -185,7 +204,7 @@ def _index_add(d: Data, v: Tensor) -> Tensor:
 
 
 def _scatter(d: Data, v: Tensor, reduce: str) -> Tensor:
-    fill = {"sum": 0.0, "amax": -math.inf}[reduce]
+    fill = {"sum": 0.0, "amax": -math.inf, "amin": math.inf}[reduce]
     out = v.new_full((d.num, *v.shape[1:]), fill)
     return out.scatter_reduce(0, d.ids[:, None].expand_as(v), v, reduce, include_self=False)
 
@@ -201,6 +220,13 @@ def _loop(d: Data, v: Tensor, per_segment: Callable[[Tensor], Tensor], rows: boo
 
 def _csr_sum(d: Data, v: Tensor) -> Tensor:
     return d.csr @ v
+
+
+def _embedding_bag(d: Data, v: Tensor, mode: str) -> Tensor:
+    rows = d.cache.setdefault("arange", torch.arange(v.shape[0]))
+    return torch.nn.functional.embedding_bag(
+        rows, v, d.offsets, mode=mode, include_last_offset=True
+    )
 
 
 def _cumsum_sum(d: Data, v: Tensor) -> Tensor:
@@ -253,6 +279,7 @@ def _compositions(op: str, d: Data) -> dict[str, Variant]:
             "scatter_reduce": scatter_sum,
             "segment_reduce": segred_sum,
             "sparse CSR @": lambda v: _csr_sum(d, v),
+            "embedding_bag sum": lambda v: _embedding_bag(d, v, "sum"),
             "cumsum difference": lambda v: _cumsum_sum(d, v),
         }
     if op == "mean":
@@ -263,11 +290,18 @@ def _compositions(op: str, d: Data) -> dict[str, Variant]:
             ),
             "segment_reduce": lambda v: _segred(d, v, "mean"),
             "sparse CSR @ / n": lambda v: _csr_sum(d, v) / mean,
+            "embedding_bag mean": lambda v: _embedding_bag(d, v, "mean"),
         }
     if op == "max":
         return {
             "scatter_reduce amax": scatter_max,
             "segment_reduce": segred_max,
+            "embedding_bag max": lambda v: _embedding_bag(d, v, "max"),
+        }
+    if op == "min":
+        return {
+            "scatter_reduce amin": lambda v: _scatter(d, v, "amin"),
+            "segment_reduce": lambda v: _segred(d, v, "min"),
         }
     if op == "logsumexp":
         return {
@@ -284,6 +318,8 @@ def _compositions(op: str, d: Data) -> dict[str, Variant]:
         return {
             "global cumsum - offsets": lambda v: _cumsum_global(d, v),
         }
+    if op in SCANS:
+        return {}
     if op == "sort":
         return {
             "two stable sorts": lambda v: _double_sort(d, v),
@@ -297,22 +333,34 @@ PER_SEGMENT: dict[str, Callable[[Tensor], Tensor]] = {
     "max": lambda s: s.amax(0),
     "logsumexp": lambda s: s.logsumexp(0),
     "softmax": lambda s: s.softmax(0),
+    "min": lambda s: s.amin(0),
     "cumsum": lambda s: s.cumsum(0),
+    "cumprod": lambda s: s.cumprod(0),
+    "cummax": lambda s: s.cummax(0).values,
+    "cummin": lambda s: s.cummin(0).values,
+    "logcumsumexp": lambda s: s.logcumsumexp(0),
     "sort": lambda s: s.sort(dim=0, stable=True).values,
 }
+
+
+def op_values(op: str, values: Tensor) -> Tensor:
+    """The input of ``op``: ``1 + values / 64`` for cumprod (products stay in range)."""
+    return 1 + values / 64 if op == "cumprod" else values
 
 
 # Why a composition may fail the check (seen on the benchmark data).
 WHY_MISMATCH = {
     "segment_reduce": "its max gives a tie's whole gradient to one row; torch.amax splits it",
+    "embedding_bag max": "its max gives a tie's whole gradient to one row; torch.amax splits it",
     "cumsum difference": "float32 prefix sums over all rows lose precision",
     "global cumsum - offsets": "float32 prefix sums over all rows lose precision",
+    "JAX cumsum - segment start": "float32 prefix sums over all rows lose precision",
 }
 
 
-def reference(op: str, d: Data, grad: Tensor) -> tuple[Tensor, Tensor]:
+def reference(op: str, d: Data, v: Tensor, grad: Tensor) -> tuple[Tensor, Tensor]:
     """The per-segment loop in float64, and its gradient: what every variant must match."""
-    leaf = d.values.detach().double().requires_grad_()
+    leaf = v.detach().double().requires_grad_()
     out = _loop(d, leaf, PER_SEGMENT[op], op in ROW_WISE)
     (want_grad,) = torch.autograd.grad(out, leaf, grad.double())
     return out.detach().float(), want_grad.float()
@@ -323,11 +371,118 @@ def op_bytes(op: str, d: Data) -> tuple[int, int, str]:
     n, b = d.values.numel() * 4, d.num * d.values.shape[1] * 4
     if op in ("sum", "mean"):
         return n + b, n + b + b + n, "fwd N+B, bwd B+N"
-    if op in ("max", "logsumexp"):  # backward also reads the values (ties / exp)
+    if op in ("max", "min", "logsumexp"):  # backward also reads the values (ties / exp)
         return n + b, n + b + b + n + n, "fwd N+B, bwd B+2N"
     if op == "softmax":  # backward reads the saved output and the gradient
         return 2 * n, 2 * n + 3 * n, "fwd 2N, bwd 3N"
     return 2 * n, 2 * n + 2 * n, "fwd 2N, bwd 2N"
+
+
+# --- JAX, the optional peer -------------------------------------------------------------------
+
+JAX_NOTE = 'JAX not installed (`pip install "jax[cpu]"`): the JAX column is skipped.'
+
+
+def import_jax() -> Any:
+    """``jax`` on the CPU with XLA on one thread (as torch here), or ``None`` if absent."""
+    os.environ.setdefault(
+        "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    )
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    try:
+        import jax
+    except ImportError:
+        return None
+    return jax
+
+
+def jax_functions(jax: Any, op: str, d: Data) -> dict[str, Callable[[Any], Any]]:
+    """The JAX versions of ``op`` (functions of the values array), as the issue sets them up:
+    ``segment_*`` with ``num_segments`` and ``indices_are_sorted=True``."""
+    import numpy as np
+
+    jnp = jax.numpy
+    ids = jnp.asarray(d.ids.numpy().astype(np.int32))
+    starts_np = d.offsets[:-1].numpy().astype(np.int32)
+    starts = jnp.asarray(starts_np)
+    counts = jnp.asarray(d.lengths.clamp_min(1).to(torch.float32).numpy())[:, None]
+    seg = {"num_segments": d.num, "indices_are_sorted": True}
+
+    def ssum(x: Any) -> Any:
+        return jax.ops.segment_sum(x, ids, **seg)
+
+    def smax(x: Any) -> Any:
+        return jax.ops.segment_max(x, ids, **seg)
+
+    def shift(x: Any) -> Any:  # the finite segment max, a constant (as jax.nn.softmax)
+        m = jax.lax.stop_gradient(smax(x))
+        return jnp.where(jnp.isfinite(m), m, 0.0)
+
+    def logsumexp(x: Any) -> Any:
+        m = shift(x)
+        return jnp.log(ssum(jnp.exp(x - m[ids]))) + m
+
+    def softmax(x: Any) -> Any:
+        e = jnp.exp(x - shift(x)[ids])
+        return e / ssum(e)[ids]
+
+    flags_np = np.zeros(d.ids.shape[0], dtype=bool)
+    flags_np[starts_np[d.lengths.numpy() > 0]] = True
+    flags = jnp.asarray(flags_np)
+
+    def segmented(combine: Callable[[Any, Any], Any]) -> Callable[[Any], Any]:
+        def step(a: Any, b: Any) -> Any:  # (starts a segment, value): restart at a start
+            return a[0] | b[0], jnp.where(b[0][:, None], b[1], combine(a[1], b[1]))
+
+        return lambda x: jax.lax.associative_scan(step, (flags, x))[1]
+
+    def lossy_cumsum(x: Any) -> Any:
+        c = jnp.cumsum(x, 0)
+        return c - (c[starts] - x[starts])[ids]
+
+    table: dict[str, dict[str, Callable[[Any], Any]]] = {
+        "sum": {"JAX segment_sum": ssum},
+        "mean": {"JAX segment_sum / n": lambda x: ssum(x) / counts},
+        "max": {"JAX segment_max": smax},
+        "min": {"JAX segment_min": lambda x: jax.ops.segment_min(x, ids, **seg)},
+        "logsumexp": {"JAX segment_max, exp, segment_sum": logsumexp},
+        "softmax": {"JAX segment_max, exp, segment_sum, gather": softmax},
+        "cumsum": {
+            "JAX associative_scan": segmented(jnp.add),
+            "JAX cumsum - segment start": lossy_cumsum,
+        },
+        "cumprod": {"JAX associative_scan": segmented(jnp.multiply)},
+        "cummax": {"JAX associative_scan": segmented(jnp.maximum)},
+        "cummin": {"JAX associative_scan": segmented(jnp.minimum)},
+        "logcumsumexp": {"JAX associative_scan": segmented(jnp.logaddexp)},
+    }
+    return table.get(op, {})
+
+
+def jax_runners(
+    jax: Any, op: str, d: Data, v: Tensor, grad: Tensor
+) -> dict[str, dict[str, Callable[[], Any]]]:
+    """Per JAX variant and mode, a call that runs it to completion (jitted, compiled here):
+    forward, and ``jax.value_and_grad`` of ``sum(op(values) * grad)``."""
+    jnp = jax.numpy
+    x, g = jnp.asarray(v.numpy()), jnp.asarray(grad.numpy())
+    out: dict[str, dict[str, Callable[[], Any]]] = {}
+    for name, fn in jax_functions(jax, op, d).items():
+        fwd = jax.jit(fn)
+        both = jax.jit(jax.value_and_grad(lambda x, g, fn=fn: jnp.sum(fn(x) * g)))
+        out[name] = {
+            "fwd": lambda fwd=fwd: jax.block_until_ready(fwd(x)),
+            "fwd+bwd": lambda both=both: jax.block_until_ready(both(x, g))[1],
+        }
+        for run in out[name].values():
+            run()  # compile
+    return out
+
+
+def as_torch(result: Any) -> Tensor:
+    import numpy as np
+
+    return result if isinstance(result, Tensor) else torch.from_numpy(np.array(result))
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -385,12 +540,23 @@ class OpResult:
         fine = [
             (t, name)
             for name, t in self.times.items()
-            if name not in ("ragged", "padded") and self.ok.get(name)
+            if name not in ("ragged", "padded") and not name.startswith("JAX") and self.ok.get(name)
+        ]
+        return (min(fine)[1], min(fine)[0]) if fine else None
+
+    def best_jax(self, *, exact: bool) -> tuple[str, float] | None:
+        """The fastest JAX variant that matches the reference (``exact``), or that does not."""
+        fine = [
+            (t, name)
+            for name, t in self.times.items()
+            if name.startswith("JAX") and bool(self.ok.get(name)) == exact
         ]
         return (min(fine)[1], min(fine)[0]) if fine else None
 
 
-def run_op(op: str, d: Data, repeat: int, metric: str, budget: float | None) -> list[OpResult]:
+def run_op(
+    op: str, d: Data, repeat: int, metric: str, budget: float | None, jax: Any
+) -> list[OpResult]:
     ragged_fn = ragged_variant(op, d)
     assert ragged_fn is not None
     variants: dict[str, Variant] = {"ragged": ragged_fn}
@@ -401,17 +567,24 @@ def run_op(op: str, d: Data, repeat: int, metric: str, budget: float | None) -> 
     else:
         variants["padded"] = padded_variant(op, d)
     variants.update(torch_variants(op, d))
-    v = d.values
+    v = op_values(op, d.values)
     gen = torch.Generator().manual_seed(2)
     rows = v.shape[0] if op in ROW_WISE else d.num
     grad = torch.randn((rows, *v.shape[1:]), generator=gen)
-    want, want_grad = reference(op, d, grad)
+    want, want_grad = reference(op, d, v, grad)
+    peers = jax_runners(jax, op, d, v, grad) if jax is not None else {}
     results = []
     for mode in ("fwd", "fwd+bwd"):
         runners, ok, took = {}, {}, {}
         errors = dict(skipped)
-        for name, fn in variants.items():
-            run = forward(fn, v) if mode == "fwd" else fwd_bwd(fn, v, grad)
+        calls = {
+            **{
+                name: forward(fn, v) if mode == "fwd" else fwd_bwd(fn, v, grad)
+                for name, fn in variants.items()
+            },
+            **{name: modes[mode] for name, modes in peers.items()},
+        }
+        for name, run in calls.items():
             try:
                 start = time.perf_counter()
                 got = run()
@@ -419,11 +592,13 @@ def run_op(op: str, d: Data, repeat: int, metric: str, budget: float | None) -> 
             except (RuntimeError, NotImplementedError) as err:
                 errors[name] = "error: " + str(err).splitlines()[0][:120]
                 continue
-            ok[name] = matches(got, want if mode == "fwd" else want_grad)
+            ok[name] = matches(as_torch(got), want if mode == "fwd" else want_grad)
             del got
-            if ok[name] or name == "ragged":
+            # A wrong result is not a contender (save the time), except ragged's own and JAX's
+            # (its lossy cumsum trick is a target to beat).
+            if ok[name] or name == "ragged" or name.startswith("JAX"):
                 runners[name] = run
-            else:  # a wrong result is not a contender: save the time
+            if not ok[name]:
                 why = WHY_MISMATCH.get(name, "")
                 errors[name] = "wrong: does not match the reference" + (f" ({why})" if why else "")
         # The checked call was the warm-up; slow variants get fewer timed calls (at least 3).
@@ -504,6 +679,66 @@ def eager_overhead(number: int, repeat: int, metric: str) -> Table:
     return table
 
 
+def jax_cell(res: OpResult, jax: Any) -> str:
+    """JAX / ragged for the fastest exact JAX variant, and for a lossy one where it is faster."""
+    if jax is None:
+        return "n/a"
+    t = res.times["ragged"]
+    exact, lossy = res.best_jax(exact=True), res.best_jax(exact=False)
+    parts = [f"{exact[1] / t:.2f}x"] if exact else []
+    if lossy and (exact is None or lossy[1] < exact[1]):
+        parts.append(f"{lossy[1] / t:.2f}x ({lossy[0].removeprefix('JAX ')}, lossy)")
+    return "; ".join(parts) if parts else "n/a"
+
+
+def target_table(
+    measured: dict[str, dict[str, OpResult]],
+    bandwidth: dict[str, float],
+    fwd_bytes_of: Callable[[str], int],
+) -> Table:
+    """The speed targets of issue 12, checked on this run's numbers."""
+    table = Table(
+        "Targets (ratios from this run; above 1: ragged is faster)",
+        ["target", "op", "mode", "measured", "status"],
+    )
+
+    def add(target: str, op: str, mode: str, value: float | None, bar: float, fmt: str) -> None:
+        if value is None or not math.isfinite(value):
+            return
+        shown = fmt.format(value)
+        table.rows.append([target, op, mode, shown, "met" if value >= bar else "missed"])
+
+    def ratio(res: OpResult, name: str | None) -> float | None:
+        return res.times[name] / res.times["ragged"] if name in res.times else None
+
+    for op, modes in measured.items():
+        for mode, res in modes.items():
+            t = res.times["ragged"]
+            if op in ("sum", "mean", "max", "min") and mode == "fwd":
+                rate = fwd_bytes_of(op) / t / 1e9
+                add(">= 90% of the copy floor", op, mode, rate / bandwidth["copy_"], 0.9, "{:.0%}")
+            exact, lossy = res.best_jax(exact=True), res.best_jax(exact=False)
+            wants_jax = (op in ("sum", "mean", "max", "min") and mode == "fwd") or (
+                op == "softmax" and mode == "fwd+bwd"
+            )
+            if wants_jax or op in SCANS:
+                add("no slower than JAX", op, mode, exact and exact[1] / t, 1.0, "{:.2f}x")
+            if op in SCANS and lossy:
+                add("ahead of JAX's lossy trick", op, mode, lossy[1] / t, 1.0, "{:.2f}x")
+            best = res.best_torch()
+            add(
+                ">= the best plain-torch composition",
+                op,
+                mode,
+                best and best[1] / t,
+                1.0,
+                "{:.2f}x",
+            )
+            if op in SCANS or (op in ("logsumexp", "softmax") and mode == "fwd"):
+                add("ahead of the per-segment loop", op, mode, ratio(res, "loop"), 1.0, "{:.2f}x")
+    return table
+
+
 def fmt_ms(seconds: float) -> str:
     ms = seconds * 1e3
     return f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
@@ -521,7 +756,7 @@ def main() -> None:
     if args.quick:
         rows, num, dim, repeat, number, small_repeat = 1 << 14, 128, 16, 3, 200, 5
     else:
-        rows, num, dim, repeat, number, small_repeat = 1 << 20, 8192, 64, 5, 2000, 15
+        rows, num, dim, repeat, number, small_repeat = 1 << 20, 8192, 64, 7, 2000, 15
     d = make_data(rows, num, dim, max_over_mean=MAX_OVER_MEAN)
     lengths = torch.tensor(d.lengths_list, dtype=torch.float64)
     shape = (
@@ -537,33 +772,41 @@ def main() -> None:
         f"values.clone() {bandwidth['clone']:.2f} GB/s",
         flush=True,
     )
+    jax = import_jax()
+    if jax is not None:
+        print(f"JAX {jax.__version__} on {jax.devices()[0].platform}", flush=True)
     main_table = Table(
-        "Ops: ragged vs padded and vs the best plain-torch composition",
+        "Ops: ragged vs padded, the best plain-torch composition and JAX",
         [
             "op",
             "fwd ms",
             "padded / ragged",
             "best torch / ragged",
+            "JAX / ragged",
             "GB/s (% of copy_)",
             "fwd+bwd ms",
             "padded / ragged",
             "best torch / ragged",
+            "JAX / ragged",
             "bytes (N=values, B=output)",
         ],
     )
     detail = Table(
         "Every variant (ms; ratio = variant / ragged). Each is checked against a float64 "
-        "per-segment loop first; one that does not match is not timed",
+        "per-segment loop first; one that does not match is not timed (JAX's are: a lossy "
+        "trick is a baseline to beat)",
         ["op", "mode", "variant", "ms", "ratio", "spread", "check"],
     )
     plots: dict[str, dict[str, dict[str, float]]] = {"speedup": {}}
+    measured: dict[str, dict[str, OpResult]] = {}
     wanted = [op.strip() for op in args.ops.split(",") if op.strip()]
     for op in wanted:
         if ragged_variant(op, d) is None:
             main_table.notes.append(f"`ragged.{op}` does not exist on this branch: skipped.")
             print(f"{op}: ragged.{op} missing, skipped", flush=True)
             continue
-        results = run_op(op, d, repeat, args.metric, None if args.quick else 20.0)
+        results = run_op(op, d, repeat, args.metric, None if args.quick else 20.0, jax)
+        measured[op] = {res.mode: res for res in results}
         fwd_bytes, _, formula = op_bytes(op, d)
         cells = [op]
         plots["speedup"][op] = {}
@@ -574,11 +817,14 @@ def main() -> None:
             cells.append(fmt_ms(t))
             cells.append(f"{padded / t:.1f}x" if padded else "n/a")
             cells.append(f"{best[1] / t:.2f}x ({best[0]})" if best else "n/a")
+            cells.append(jax_cell(res, jax))
             if res.mode == "fwd":
                 rate = fwd_bytes / t / 1e9
                 cells.append(f"{rate:.2f} ({100 * rate / bandwidth['copy_']:.0f}%)")
             plots["speedup"][op][res.mode + " padded"] = padded / t if padded else math.nan
             plots["speedup"][op][res.mode + " torch"] = best[1] / t if best else math.nan
+            exact = res.best_jax(exact=True)
+            plots["speedup"][op][res.mode + " jax"] = exact[1] / t if exact else math.nan
             for name, tv in sorted(res.times.items(), key=lambda kv: kv[1]):
                 detail.rows.append(
                     [
@@ -592,9 +838,10 @@ def main() -> None:
                     ]
                 )
             for name, err in res.errors.items():
-                detail.rows.append([op, res.mode, name, "-", "-", "-", err])
+                if name not in res.times:
+                    detail.rows.append([op, res.mode, name, "-", "-", "-", err])
             print(
-                f"{op:<10}{res.mode:<8}"
+                f"{op:<13}{res.mode:<8}"
                 + "  ".join(f"{k}={fmt_ms(v)}" for k, v in res.times.items()),
                 flush=True,
             )
@@ -607,20 +854,27 @@ def main() -> None:
         "1: ragged is faster).",
         "padded = `ragged.to_padded` with a masking fill (0 / -inf / +inf) + the dense op "
         "(+ gather back to rows for row-wise outputs); best torch = fastest matching "
-        "composition (see the detail table).",
+        "composition (see the detail table); cumprod runs on `1 + values / 64`.",
         f"GB/s against the same run's copy: `out.copy_(values)` {bandwidth['copy_']:.2f} GB/s "
-        f"(the % column's reference), `values.clone()` {bandwidth['clone']:.2f} GB/s (fresh "
-        "256 MB tensor: page faults).",
+        f"(the % column's reference: for a reduction, which reads the values once, it is the "
+        f"share of the copy floor, half a copy's time), `values.clone()` "
+        f"{bandwidth['clone']:.2f} GB/s (fresh 256 MB tensor: page faults).",
+        "JAX: `jax.jit` of `jax.ops.segment_*` (`num_segments`, `indices_are_sorted=True`), XLA "
+        "on one thread, same data and process; fwd+bwd through `jax.value_and_grad`; the "
+        "fastest variant that matches the reference, and the lossy cumsum trick where it exists."
+        if jax is not None
+        else JAX_NOTE,
     ]
+    targets = target_table(measured, bandwidth, fwd_bytes_of=lambda op: op_bytes(op, d)[0])
     overhead = eager_overhead(number, small_repeat, args.metric)
-    for table in (main_table, detail, overhead):
+    for table in (main_table, targets, detail, overhead):
         print()
         print(table.text())
     if args.json:
         write_result(
             args.json,
             "ops",
-            [main_table, overhead, detail],
+            [main_table, targets, overhead, detail],
             quick=args.quick,
             metric=args.metric,
             plots={**plots, "copy_gbps": bandwidth},

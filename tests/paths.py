@@ -11,7 +11,9 @@ def use_path(name: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """Route segment kernels through ``name``: the composite ops (any size), the eager fast
     path's torch kernels (native library off), or its native kernels (skipped without a C
     compiler)."""
-    monkeypatch.setattr(_segment, "_FAST_MIN_NUMEL", 1 << 62 if name == "composite" else 0)
+    smallest = 1 << 62 if name == "composite" else 0
+    monkeypatch.setattr(_segment, "_FAST_MIN_NUMEL", smallest)
+    monkeypatch.setattr(_segment, "_NATIVE_MIN_NUMEL", {"reduce": smallest, "rows": smallest})
     if name == "torch":
         monkeypatch.setitem(_native._state, "lib", None)
     if name == "native" and _native.library() is None:

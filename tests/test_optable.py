@@ -133,3 +133,52 @@ def test_gradcheck(op_id: str, lengths: list[int], seed: int) -> None:
 def test_error_inputs(info: OpInfo, case: Any) -> None:
     with pytest.raises(case.error, match="^" + re.escape(case.message) + "$"):
         case.make()
+
+
+LONG_SEGMENT = [op.id for op in OPS if op.long_segment]
+LONG_LENGTHS = [3, 0, 200_000, 1, 7]
+ROUNDING = 2.0**-24  # half an ulp of float32: torch can be that exact by luck
+
+
+def _per_segment(info: OpInfo, sample: Sample) -> torch.Tensor:
+    """The reference's results for every segment, flattened into one vector."""
+    parts = []
+    for b in range(_num_segments(sample)):
+        ref = info.reference(*_segment_args(sample, b), **sample.kwargs)
+        parts += [r.reshape(-1) for r in (ref if isinstance(ref, tuple) else (ref,))]
+    return torch.cat(parts)
+
+
+def _flat(out: Any) -> torch.Tensor:
+    outs = out if isinstance(out, tuple) else (out,)
+    return torch.cat(
+        [(o.values if isinstance(o, ragged.RaggedArray) else o).reshape(-1) for o in outs]
+    )
+
+
+def _as_float64(sample: Sample) -> Sample:
+    args = tuple(
+        a.with_values(a.values.double()) if isinstance(a, ragged.RaggedArray) else a
+        for a in sample.args
+    )
+    return Sample(sample.name, args, sample.kwargs)
+
+
+@pytest.mark.parametrize("op_id", LONG_SEGMENT)
+def test_long_float32_segment_as_accurate_as_torch(op_id: str) -> None:
+    # One segment of 200k rows among short ones, in float32: the error against float64 is
+    # within 10x of torch's own on the same segment (or of float32's rounding).
+    info = BY_ID[op_id]
+    gen = torch.Generator().manual_seed(0)
+    for sample in info.samples(LONG_LENGTHS, gen, torch.float32, "contiguous"):
+        got = _flat(info.op(*sample.call_args(), **sample.kwargs)).double()
+        want = _per_segment(info, _as_float64(sample))
+        by_torch = _per_segment(info, sample).double()
+        finite = torch.isfinite(want)
+        assert torch.equal(finite, torch.isfinite(got)), sample.name
+        bar = 10 * max(_relative_error(by_torch, want, finite), ROUNDING)
+        assert _relative_error(got, want, finite) <= bar, sample.name
+
+
+def _relative_error(t: torch.Tensor, want: torch.Tensor, where: torch.Tensor) -> float:
+    return float((t[where] - want[where]).norm() / want[where].norm())

@@ -449,7 +449,7 @@ def scan_rows(
     (``method`` picks its block prefixes, see :func:`layout`). Running extrema route their
     gradient to the element ``torch.cummax`` would name.
     """
-    if use_fast_path(values):
+    if use_fast_path(values, "rows"):
         return _SegmentScan.apply(values, level, max_length, m.name, reverse, exclusive)
     return _composite(m, values, level, max_length, reverse, exclusive, method)
 
@@ -469,6 +469,17 @@ def _composite(
         )
     lay = layout(level, max_length, reverse=reverse, grid_ok=m.grid_ok, method=method)
     return segmented_scan(m, values, lay, exclusive=exclusive)
+
+
+def _native_scan(op: str, values: Tensor, *others: Tensor) -> bool:
+    """Whether the native scan runs: plain float CPU tensors, and for logcumsumexp an inner size
+    of 1 or at least 8 (its per-element exp and log vectorise across the inner elements; for 2-7
+    of them the composite scan was faster: 2^19 rows of 4, 33 ms against 65 ms native)."""
+    if op == "logsumexp":
+        inner = values[0].numel() if values.shape[0] else 0
+        if 1 < inner < 8:
+            return False
+    return native.usable(values, *others)
 
 
 def _pullback(fn: Callable[[Tensor], Tensor], x: Tensor) -> Callable[[Tensor], Any]:
@@ -499,7 +510,7 @@ class _SegmentScan(torch.autograd.Function):
         reverse: bool,
         exclusive: bool,
     ) -> Tensor:
-        if native.usable(values):
+        if _native_scan(op, values):
             return native.segment_scan(values, level.offsets, op, reverse, exclusive)
         m = MONOIDS[op]
         lay = layout(level, max_length, reverse=reverse, grid_ok=m.grid_ok)
@@ -527,7 +538,7 @@ class _SegmentScan(torch.autograd.Function):
             lay = layout(level, ctx.max_length, reverse=not reverse)
             return segmented_scan(SUM, grad, lay, exclusive=exclusive), *none
         values, output = ctx.saved_tensors
-        if plain and native.usable(values, output, grad):
+        if plain and _native_scan(ctx.op, values, output, grad):
             gin = native.segment_scan_backward(
                 values.detach(), level.offsets, output.detach(), grad, ctx.op, reverse, exclusive
             )

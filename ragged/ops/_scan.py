@@ -43,11 +43,14 @@ not "inclusive minus x" (that breaks cumprod with zeros, and extrema). ``K`` is 
 ``torch.compile``; in eager mode it is the largest power of two up to the mean length, between
 1 and 32, so the buffer holds at most ``N + B * K <= 2 N`` rows (``N >= B``).
 
-Large inputs in eager mode take in-place kernels for cumsum, cummax and cummin (autograd
-Functions with backward, jvp and vmap rules; buffer and output are the only large allocations).
-``cummax``/``cummin`` compute the index of the element attaining each running extremum (the
-last one at ties, as ``torch.cummax``) and route the gradient there: the composite path gathers
-the values at that index, the in-place path computes the index for the gradient only.
+Large inputs in eager mode take one autograd Function (``ragged.kernels._scan._SegmentScan``,
+with backward, jvp and vmap rules) over the native streaming scans (``ragged.kernels._native``:
+each segment scanned in order with a float64 accumulator, forward and backward, one pass, no
+buffer), or, where those cannot run, over in-place torch kernels (cumsum, cummax, cummin:
+buffer and output are the only large allocations) or the composite scan (cumprod,
+logcumsumexp). ``cummax``/``cummin`` route the gradient of each output to the element
+attaining its running extremum (the last one at ties, as ``torch.cummax``): the composite path
+gathers the values at that index, the fast path finds it only for the gradient.
 
 Sizes are static (no host sync, one graph under ``torch.compile(dynamic=True)``) when the
 partition knows its maximum length, as arrays from the factories do. Otherwise a ragged-axis scan

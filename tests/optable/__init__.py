@@ -75,6 +75,8 @@ class OpInfo:
         vmap: ``torch.func.vmap`` over a leading batch of values.
         compile: one graph across batches under ``torch.compile(fullgraph, dynamic)``.
         data_dependent: the output size depends on the data (a documented host sync).
+        long_segment: float32 results on a long segment are within 10x of torch's own error
+            against float64 (reductions and the statistics built on them; ``test_optable``).
         errors: bad calls and their exact messages.
         atol, rtol: comparison tolerances in float64.
         variant: tells apart entries of one op (e.g. ``norm`` per ``ord``).
@@ -92,6 +94,7 @@ class OpInfo:
     vmap: bool = True
     compile: bool = True
     data_dependent: bool = False
+    long_segment: bool = False
     errors: Sequence[ErrorCase] = ()
     atol: float = 1e-9
     rtol: float = 1e-7

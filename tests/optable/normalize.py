@@ -166,6 +166,7 @@ OPS = [
         "normalisation",
         RULE,
         errors=_axis_errors(ragged.softmax, "softmax"),
+        long_segment=True,
     ),
     OpInfo(
         "log_softmax",
@@ -175,6 +176,7 @@ OPS = [
         "normalisation",
         RULE,
         errors=_axis_errors(ragged.log_softmax, "log_softmax"),
+        long_segment=True,
     ),
     OpInfo(
         "layer_norm",
@@ -216,5 +218,6 @@ OPS = [
                 "ragged.normalize: `correction` must be a number, got str.",
             ),
         ],
+        long_segment=True,
     ),
 ]

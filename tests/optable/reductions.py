@@ -147,18 +147,26 @@ def _norm(ord: float) -> Any:
 
 
 OPS = [
-    entry("sum", lambda t, d, k: torch.sum(t, d, keepdim=k), 0, float_only=False),
-    entry("mean", lambda t, d, k: torch.mean(t, d, keepdim=k), math.nan),
+    entry(
+        "sum", lambda t, d, k: torch.sum(t, d, keepdim=k), 0, float_only=False, long_segment=True
+    ),
+    entry("mean", lambda t, d, k: torch.mean(t, d, keepdim=k), math.nan, long_segment=True),
     entry("prod", _prod, 1, float_only=False),
     entry("amax", lambda t, d, k: torch.amax(t, d, keepdim=k), -math.inf, float_only=False),
     entry("amin", lambda t, d, k: torch.amin(t, d, keepdim=k), math.inf, float_only=False),
     entry("max", lambda t, d, k: torch.amax(t, d, keepdim=k), -math.inf, float_only=False),
     entry("min", lambda t, d, k: torch.amin(t, d, keepdim=k), math.inf, float_only=False),
-    entry("logsumexp", lambda t, d, k: torch.logsumexp(t, d, keepdim=k), -math.inf),
+    entry(
+        "logsumexp",
+        lambda t, d, k: torch.logsumexp(t, d, keepdim=k),
+        -math.inf,
+        long_segment=True,
+    ),
     entry(
         "var",
         lambda t, d, k, correction=1: torch.var(t, d, correction=correction, keepdim=k),
         math.nan,
+        long_segment=True,
     ),
     entry(
         "var",
@@ -166,12 +174,14 @@ OPS = [
         math.nan,
         samples=standard_samples(extra={"correction": 0}),
         variant="correction0",
+        long_segment=True,
     ),
     entry(
         "std",
         lambda t, d, k, correction=1: torch.std(t, d, correction=correction, keepdim=k),
         math.nan,
         samples=standard_samples(extra={"correction": 0}),
+        long_segment=True,
     ),
     *[
         OpInfo(
@@ -182,6 +192,7 @@ OPS = [
             "reduction",
             RULE_REDUCE,
             gradgrad=o not in (1, math.inf),
+            long_segment=True,
             variant=f"ord{o}",
         )
         for o in (2, 1, math.inf, 3)

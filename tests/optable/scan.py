@@ -124,7 +124,7 @@ def entry(name: str, fn: Any, identity: Any, **kw: Any) -> OpInfo:
 
 
 OPS = [
-    entry("cumsum", torch.cumsum, 0),
+    entry("cumsum", torch.cumsum, 0, long_segment=True),
     entry("cumprod", torch.cumprod, 1, samples=scan_samples(zeros=True)),
     entry("cummax", _cummax, _lowest),
     entry("cummin", _cummin, _highest),
@@ -133,6 +133,7 @@ OPS = [
         torch.logcumsumexp,
         -math.inf,
         samples=scan_samples(ints=False),
+        long_segment=True,
         extra_errors=[
             ErrorCase(
                 lambda: ragged.logcumsumexp(ragged.array([[1, 2]])),
