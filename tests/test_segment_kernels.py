@@ -39,14 +39,20 @@ def kernels():
             lambda t: t.logsumexp(0),
             float("-inf"),
         ),
+        "var": (
+            lambda v, s: _segment.segment_var(v, s, 1),
+            lambda t: t.var(0) if t.shape[0] > 1 else torch.full_like(t[0], float("nan")),
+            float("nan"),
+        ),
     }
 
 
-@pytest.mark.parametrize("name", ["sum", "amax", "amin", "logsumexp"])
+@pytest.mark.parametrize("name", ["sum", "amax", "amin", "logsumexp", "var"])
 @given(x=ragged_arrays(inner=(2,)))
 def test_reductions_match_reference(path, name, x):
     kernel, ref, fill = kernels()[name]
-    torch.testing.assert_close(kernel(x.values, segments_of(x)), reference(x, ref, fill))
+    expected = reference(x, ref, fill)
+    torch.testing.assert_close(kernel(x.values, segments_of(x)), expected, equal_nan=True)
 
 
 @pytest.mark.parametrize("log", [False, True])
@@ -64,6 +70,8 @@ CASES = [
     ("softmax", lambda v, s: _segment.segment_softmax(v, s)),
     ("log_softmax", lambda v, s: _segment.segment_softmax(v, s, log=True)),
     ("logsumexp", lambda v, s: _segment.segment_logsumexp(v, s)),
+    ("var", lambda v, s: _segment.segment_var(v, s, 1)),
+    ("var_correction0", lambda v, s: _segment.segment_var(v, s, 0)),
 ]
 
 
@@ -72,7 +80,7 @@ def test_autograd_checks(path, name, kernel):
     torch.manual_seed(0)
     values = torch.randn(9, 2, dtype=torch.float64, requires_grad=True)
     ids = torch.tensor([0, 0, 0, 2, 2, 3, 3, 3, 3])
-    s = Segments(ids, 5, torch.tensor([3, 0, 2, 4, 0]))
+    s = Segments(ids, 5, torch.tensor([3, 0, 2, 4, 0]), torch.tensor([0, 3, 3, 5, 9, 9]))
 
     def fn(v):
         out = kernel(v, s)  # empty groups give constants (-inf for logsumexp): zero them
@@ -88,6 +96,6 @@ def test_autograd_checks(path, name, kernel):
 
 def test_amax_ties_split_gradient(path):
     values = torch.tensor([1.0, 3.0, 3.0, 2.0], requires_grad=True)
-    s = Segments(torch.tensor([0, 0, 0, 0]), 1, torch.tensor([4]))
+    s = Segments(torch.tensor([0, 0, 0, 0]), 1, torch.tensor([4]), torch.tensor([0, 4]))
     (grad,) = torch.autograd.grad(_segment.segment_amax(values, s, 0.0).sum(), values)
     assert grad.tolist() == [0.0, 0.5, 0.5, 0.0]

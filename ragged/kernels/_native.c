@@ -147,6 +147,63 @@ int SUF(rg_sum)(const T *restrict v, int64_t rs, int64_t D, const int64_t *restr
   return 0;
 }
 
+/* Per-segment mean and sum of squared deviations from it (the second pass reads the segment
+   from cache): the variance without cancellation, both accumulated in double. Empty segments
+   give NaN and 0. */
+int SUF(rg_moments)(const T *restrict v, int64_t rs, int64_t D, const int64_t *restrict off,
+                    int64_t B, int64_t N, T *restrict mean, T *restrict m2) {
+  RG_CHECK(off, B, N);
+  size_t d = (size_t)(D > 0 ? D : 1);
+  double *restrict acc = malloc(d * sizeof(double)), *restrict mu = malloc(d * sizeof(double));
+  if (!acc || !mu) {
+    free(acc);
+    free(mu);
+    return 2;
+  }
+  for (int64_t b = 0; b < B; b++) {
+    int64_t start = off[b], end = off[b + 1];
+    for (int64_t j = 0; j < D; j++) acc[j] = 0.0;
+    for (int64_t i = start; i < end; i++) {
+      const T *restrict r = v + i * rs;
+      for (int64_t j = 0; j < D; j++) acc[j] += (double)r[j];
+    }
+    for (int64_t j = 0; j < D; j++) {
+      mu[j] = acc[j] / (double)(end - start);
+      acc[j] = 0.0;
+    }
+    for (int64_t i = start; i < end; i++) {
+      const T *restrict r = v + i * rs;
+      for (int64_t j = 0; j < D; j++) {
+        double c = (double)r[j] - mu[j];
+        acc[j] += c * c;
+      }
+    }
+    for (int64_t j = 0; j < D; j++) {
+      mean[b * D + j] = (T)mu[j];
+      m2[b * D + j] = (T)acc[j];
+    }
+  }
+  free(acc);
+  free(mu);
+  return 0;
+}
+
+/* out = scale[b] * (x - centre[b]) for the rows of every segment b. */
+int SUF(rg_affine_rows)(const T *restrict v, int64_t rs, int64_t D,
+                        const int64_t *restrict off, int64_t B, int64_t N,
+                        const T *restrict scale, const T *restrict centre, T *restrict out) {
+  RG_CHECK(off, B, N);
+  for (int64_t b = 0; b < B; b++) {
+    const T *restrict a = scale + b * D, *restrict c = centre + b * D;
+    for (int64_t i = off[b]; i < off[b + 1]; i++) {
+      const T *restrict r = v + i * rs;
+      T *restrict o = out + i * D;
+      for (int64_t j = 0; j < D; j++) o[j] = a[j] * (r[j] - c[j]);
+    }
+  }
+  return 0;
+}
+
 /* Running maximum (largest) or minimum into `o`; NaN propagates. */
 static inline void SUF(rg_extreme_rows)(const T *restrict v, int64_t rs, int64_t D,
                                         int64_t start, int64_t end, int largest,

@@ -147,6 +147,8 @@ def _declare(lib: Any) -> None:
         signatures = {
             "rg_sum": [*rows, ptr],
             "rg_extreme": [*rows, real, i32, ptr],
+            "rg_moments": [*rows, ptr, ptr],
+            "rg_affine_rows": [*rows, ptr, ptr, ptr],
             "rg_extreme_bwd": [*rows, ptr, ptr, i64, ptr],
             "rg_logsumexp": [*rows, ptr],
             "rg_logsumexp_bwd": [*rows, ptr, ptr, i64, ptr],
@@ -277,6 +279,42 @@ def segment_sum(values: Tensor, offsets: Tensor) -> Tensor:
         v.data_ptr(), rs, d, off.data_ptr(), num, v.shape[0], out.data_ptr()
     )
     _check(code, "segment_sum")
+    return out
+
+
+def segment_moments(values: Tensor, offsets: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-segment mean and sum of squared deviations from it (NaN and 0 for empty ones)."""
+    v, rs, d = _rows(values)
+    off = _offsets(offsets)
+    num = off.shape[0] - 1
+    mean = values.new_empty((num, *values.shape[1:]))
+    m2 = torch.empty_like(mean)
+    code = _fn("rg_moments", v.dtype)(
+        v.data_ptr(), rs, d, off.data_ptr(), num, v.shape[0], mean.data_ptr(), m2.data_ptr()
+    )
+    _check(code, "segment_moments")
+    return mean, m2
+
+
+def affine_rows(values: Tensor, offsets: Tensor, scale: Tensor, centre: Tensor) -> Tensor:
+    """``scale[b] * (values - centre[b])`` for the rows of every segment ``b``."""
+    v, rs, d = _rows(values)
+    off = _offsets(offsets)
+    num = off.shape[0] - 1
+    scale, centre = scale.contiguous(), centre.contiguous()
+    out = empty(values.shape, values.dtype)
+    code = _fn("rg_affine_rows", v.dtype)(
+        v.data_ptr(),
+        rs,
+        d,
+        off.data_ptr(),
+        num,
+        v.shape[0],
+        scale.data_ptr(),
+        centre.data_ptr(),
+        out.data_ptr(),
+    )
+    _check(code, "affine_rows")
     return out
 
 

@@ -427,6 +427,86 @@ def _softmax_vjp(grad: Tensor, out: Tensor, segments: Segments, log: bool) -> Te
     return _softmax_jvp(grad, out, segments, log)
 
 
+# --- segment variance -------------------------------------------------------------------------
+
+
+def segment_var(values: Tensor, segments: Segments, correction: int | float) -> Tensor:
+    """Per-group variance with Bessel's ``correction``, in two passes (the mean, then squared
+    deviations from it: no cancellation); NaN where a group has ``correction`` rows or fewer.
+
+    >>> s = Segments(torch.tensor([0, 0, 2]), 3, torch.tensor([2, 0, 1]))
+    >>> segment_var(torch.tensor([1.0, 3.0, 2.0]), s, 0)
+    tensor([1., nan, 0.])
+    """
+    if use_fast_path(values) and _native_rows(values, segments.offsets):
+        args = (values, segments.ids, segments.counts, segments.offsets, correction)
+        return _SegmentVar.apply(*args)[0]
+    count = _counts_like(segments.counts, values)
+    centre = segment_sum(values, segments) / count.clamp_min(1)
+    squares = segment_sum((values - gather(centre, segments)).square(), segments)
+    return _per_dof(squares, count, correction)
+
+
+def _counts_like(counts: Tensor, values: Tensor) -> Tensor:
+    return counts.view(-1, *[1] * (values.dim() - 1)).to(values.dtype)
+
+
+def _per_dof(total: Tensor, count: Tensor, correction: int | float) -> Tensor:
+    """``total / (count - correction)``, NaN without degrees of freedom (as ``torch.var``)."""
+    dof = count - correction
+    return torch.where(dof > 0, total / dof.clamp_min(1e-30), torch.nan)
+
+
+class _SegmentVar(torch.autograd.Function):
+    """Variance from the native two-pass moments; returns ``(var, mean)`` (the mean is not
+    differentiable here: it is saved for the gradient ``2 (x - mean) / dof``)."""
+
+    @staticmethod
+    def forward(
+        values: Tensor, ids: Tensor, counts: Tensor, offsets: Tensor, correction: Any
+    ) -> tuple[Tensor, Tensor]:
+        mean, squares = native.segment_moments(values, offsets)
+        return _per_dof(squares, _counts_like(counts, values), correction), mean
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        values, ids, counts, ctx.offsets, ctx.correction = inputs
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(values, ids, counts, output[1])
+        ctx.save_for_forward(values, ids, counts, output[1])
+
+    @staticmethod
+    def _scale(ctx: Any, grad: Tensor, counts: Tensor, values: Tensor) -> Tensor:
+        dof = _counts_like(counts, values) - ctx.correction
+        return torch.where(dof > 0, 2 * grad / dof.clamp_min(1e-30), 0.0)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, _: Any) -> tuple[Tensor | None, ...]:
+        values, ids, counts, mean = ctx.saved_tensors
+        scale = _SegmentVar._scale(ctx, grad, counts, values)
+        none = (None,) * 4
+        if torch.is_grad_enabled():  # double backward: the mean depends on the values too
+            segments = Segments(ids, counts.shape[0], counts, ctx.offsets)
+            centre = segment_sum(values, segments) / _counts_like(counts, values).clamp_min(1)
+            return gather(scale, segments) * (values - gather(centre, segments)), *none
+        if native.usable(values, scale, mean):
+            return native.affine_rows(values, ctx.offsets, scale, mean), *none
+        return scale.index_select(0, ids) * (values - mean.index_select(0, ids)), *none
+
+    @staticmethod
+    def jvp(ctx: Any, tangent: Tensor, *_: Any) -> tuple[Tensor, None]:
+        values, ids, counts, mean = ctx.saved_tensors
+        segments = Segments(ids, counts.shape[0], counts, ctx.offsets)
+        deviation = values - mean.index_select(0, ids)
+        change = segment_sum(deviation * tangent, segments)
+        return _SegmentVar._scale(ctx, change, counts, values), None
+
+    @staticmethod
+    def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
+        values, out_dim = _rows_first(values, in_dims[0])
+        return _SegmentVar.apply(values, *args), (out_dim, out_dim)
+
+
 # --- segment product --------------------------------------------------------------------------
 
 

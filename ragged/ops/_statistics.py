@@ -15,11 +15,11 @@ from .._array import RaggedArray
 from .._errors import type_error
 from ..kernels._segment import (
     Segments,
-    gather,
     segment_amax,
     segment_amin,
     segment_logsumexp,
     segment_sum,
+    segment_var,
 )
 from ._reduce import Axis, _float_only, reduce
 
@@ -77,18 +77,10 @@ def var(
         axis,
         keepdims,
         fill_value,
-        segment_fn=lambda v, s: _segment_var(v, s, correction),
+        segment_fn=lambda v, s: segment_var(v, s, correction),
         dense_fn=lambda v, d, k: _dense_var(v, d, k, correction),
         empty=float("nan"),
     )
-
-
-def _segment_var(v: Tensor, s: Segments, correction: int | float) -> Tensor:
-    count = s.counts.view(-1, *[1] * (v.dim() - 1)).to(v.dtype)
-    centre = segment_sum(v, s) / count.clamp_min(1)
-    squares = segment_sum((v - gather(centre, s)).square(), s)
-    dof = count - correction
-    return torch.where(dof > 0, squares / dof.clamp_min(1e-30), torch.nan)
 
 
 def _dense_var(v: Tensor, dims: tuple[int, ...], keep: bool, correction: int | float) -> Tensor:
@@ -126,7 +118,7 @@ def std(
         axis,
         keepdims,
         fill_value,
-        segment_fn=lambda v, s: _safe_root(_segment_var(v, s, correction), 2.0),
+        segment_fn=lambda v, s: _safe_root(segment_var(v, s, correction), 2.0),
         dense_fn=lambda v, d, k: _safe_root(_dense_var(v, d, k, correction), 2.0),
         empty=float("nan"),
     )
