@@ -120,3 +120,35 @@ def test_bad_offsets_raise(offsets):
     # A partition built with validate=False can disagree with its values: never read past them.
     with pytest.raises(ValueError, match="offsets are not non-decreasing within the rows"):
         _native.segment_sum(torch.zeros(5, 2), torch.tensor(offsets))
+
+
+@needs_native
+def test_threads_split_segments_with_identical_results(monkeypatch):
+    # With torch.get_num_threads() > 1 the segments are split into ranges run on threads (the
+    # kernels release the GIL); every segment is still reduced by one thread, in row order.
+    monkeypatch.setattr(_native, "_PARALLEL_MIN_NUMEL", 0)
+    gen = torch.Generator().manual_seed(0)
+    lengths = [5, 0, 17, 1, 40, 3, 0, 9]
+    values = torch.randn(sum(lengths), 3, generator=gen)
+    offsets = torch.tensor([0, *lengths]).cumsum(0)
+    grad = torch.randn(values.shape, generator=gen)
+
+    def run():
+        running = _native.segment_scan(values, offsets, "max", True, False)
+        return [
+            _native.segment_sum(values, offsets),
+            _native.segment_softmax(values, offsets, True),
+            _native.segment_scan(values, offsets, "logsumexp", False, True),
+            _native.segment_scan_backward(values, offsets, running, grad, "max", True, False),
+        ]
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = run()
+        torch.set_num_threads(3)
+        assert len(_native._ranges(offsets, values.numel())) > 1
+        for a, b in zip(run(), one, strict=True):
+            assert torch.equal(a, b)
+    finally:
+        torch.set_num_threads(before)

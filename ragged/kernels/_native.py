@@ -40,14 +40,16 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -257,78 +259,77 @@ def _check(code: int, func: str) -> None:
         raise MemoryError(f"ragged.kernels.{func}: out of memory")
 
 
-def _fn(name: str, dtype: torch.dtype) -> Any:
-    return getattr(library(), f"{name}_{_DTYPES[dtype]}")
-
-
 def _offsets(offsets: Tensor) -> Tensor:
-    return (
-        offsets
-        if offsets.dtype == torch.int64 and offsets.is_contiguous()
-        else (offsets.to(torch.int64).contiguous())
-    )
+    if offsets.dtype == torch.int64 and offsets.is_contiguous():
+        return offsets
+    return offsets.to(torch.int64).contiguous()
 
 
-def segment_sum(values: Tensor, offsets: Tensor) -> Tensor:
-    """``[B, *inner]`` sums of the segments ``values[offsets[b]:offsets[b + 1]]``."""
-    v, rs, d = _rows(values)
-    off = _offsets(offsets)
+class _PerSegment(NamedTuple):
+    """A pointer to per-segment rows: a call on segments ``b0:b1`` starts ``b0`` rows later."""
+
+    ptr: int
+    row_bytes: int  # 0 for a row broadcast to every segment
+
+
+_OFFSETS, _NUM = object(), object()  # where the (shifted) offsets and the segment count go
+_PARALLEL_MIN_NUMEL = 1 << 18
+_pool_state: dict[str, Any] = {}
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    with _lock:
+        pool = _pool_state.get("pool")
+        if pool is None or _pool_state["workers"] != workers:
+            if pool is not None:
+                pool.shutdown(wait=False)
+            pool = ThreadPoolExecutor(workers, thread_name_prefix="ragged-native")
+            _pool_state.update(pool=pool, workers=workers)
+    return pool
+
+
+def _ranges(off: Tensor, numel: int) -> list[tuple[int, int]]:
+    """Segment ranges with about equal rows, one per torch thread (the kernels release the GIL:
+    each range runs on its own thread, as torch's own ops use ``torch.get_num_threads()``)."""
     num = off.shape[0] - 1
-    out = values.new_empty((num, *values.shape[1:]))
-    code = _fn("rg_sum", v.dtype)(
-        v.data_ptr(), rs, d, off.data_ptr(), num, v.shape[0], out.data_ptr()
-    )
-    _check(code, "segment_sum")
-    return out
+    threads = torch.get_num_threads()
+    if threads <= 1 or num < 2 or numel < _PARALLEL_MIN_NUMEL:
+        return [(0, num)]
+    rows = int(off[-1])
+    targets = torch.arange(1, threads, dtype=torch.int64) * rows // threads
+    cuts = torch.searchsorted(off, targets).clamp(0, num).tolist()
+    bounds = sorted({0, num, *cuts})
+    return list(itertools.pairwise(bounds))
 
 
-def segment_moments(values: Tensor, offsets: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-segment mean and sum of squared deviations from it (NaN and 0 for empty ones)."""
-    v, rs, d = _rows(values)
+def _launch(name: str, dtype: torch.dtype, offsets: Tensor, numel: int, *args: Any) -> None:
+    """Call kernel ``name`` for ``dtype`` over all segments, split across threads."""
+    fn = getattr(library(), f"{name}_{_DTYPES[dtype]}")
     off = _offsets(offsets)
-    num = off.shape[0] - 1
-    mean = values.new_empty((num, *values.shape[1:]))
-    m2 = torch.empty_like(mean)
-    code = _fn("rg_moments", v.dtype)(
-        v.data_ptr(), rs, d, off.data_ptr(), num, v.shape[0], mean.data_ptr(), m2.data_ptr()
-    )
-    _check(code, "segment_moments")
-    return mean, m2
+
+    def call(bounds: tuple[int, int]) -> int:
+        b0, b1 = bounds
+        real = []
+        for a in args:
+            if a is _OFFSETS:
+                real.append(off.data_ptr() + 8 * b0)
+            elif a is _NUM:
+                real.append(b1 - b0)
+            elif isinstance(a, _PerSegment):
+                real.append(a.ptr + b0 * a.row_bytes)
+            else:
+                real.append(a)
+        return int(fn(*real))
+
+    ranges = _ranges(off, numel)
+    run = map if len(ranges) == 1 else _pool(len(ranges)).map
+    for code in list(run(call, ranges)):
+        _check(code, name)
 
 
-def affine_rows(values: Tensor, offsets: Tensor, scale: Tensor, centre: Tensor) -> Tensor:
-    """``scale[b] * (values - centre[b])`` for the rows of every segment ``b``."""
-    v, rs, d = _rows(values)
-    off = _offsets(offsets)
-    num = off.shape[0] - 1
-    scale, centre = scale.contiguous(), centre.contiguous()
-    out = empty(values.shape, values.dtype)
-    code = _fn("rg_affine_rows", v.dtype)(
-        v.data_ptr(),
-        rs,
-        d,
-        off.data_ptr(),
-        num,
-        v.shape[0],
-        scale.data_ptr(),
-        centre.data_ptr(),
-        out.data_ptr(),
-    )
-    _check(code, "affine_rows")
-    return out
-
-
-def segment_extreme(values: Tensor, offsets: Tensor, fill: float, largest: bool) -> Tensor:
-    """Per-segment max (``largest``) or min; NaN propagates; empty segments give ``fill``."""
-    v, rs, d = _rows(values)
-    off = _offsets(offsets)
-    num = off.shape[0] - 1
-    out = values.new_empty((num, *values.shape[1:]))
-    code = _fn("rg_extreme", v.dtype)(
-        v.data_ptr(), rs, d, off.data_ptr(), num, v.shape[0], fill, int(largest), out.data_ptr()
-    )
-    _check(code, "segment_extreme")
-    return out
+def _per_segment(t: Tensor) -> _PerSegment:
+    """A ``[B, *inner]`` tensor (contiguous) as per-segment rows."""
+    return _PerSegment(t.data_ptr(), t[0].numel() * t.element_size() if t.shape[0] else 0)
 
 
 def _grad_rows(grad: Tensor, shape: Any) -> tuple[Tensor, int]:
@@ -337,40 +338,145 @@ def _grad_rows(grad: Tensor, shape: Any) -> tuple[Tensor, int]:
     return g, gs
 
 
-def segment_extreme_backward(values: Tensor, offsets: Tensor, best: Tensor, grad: Tensor) -> Tensor:
-    """Gradient of :func:`segment_extreme`: split evenly among the rows attaining it."""
+def _reduced(values: Tensor, offsets: Tensor) -> Tensor:
+    return values.new_empty((offsets.shape[0] - 1, *values.shape[1:]))
+
+
+def segment_sum(values: Tensor, offsets: Tensor) -> Tensor:
+    """``[B, *inner]`` sums of the segments ``values[offsets[b]:offsets[b + 1]]``."""
     v, rs, d = _rows(values)
-    off = _offsets(offsets)
-    num = off.shape[0] - 1
-    best = best.contiguous()
-    g, gs = _grad_rows(grad, best.shape)
-    out = empty(values.shape, values.dtype)
-    code = _fn("rg_extreme_bwd", v.dtype)(
+    out = _reduced(values, offsets)
+    n = v.shape[0]
+    _launch(
+        "rg_sum",
+        v.dtype,
+        offsets,
+        v.numel(),
         v.data_ptr(),
         rs,
         d,
-        off.data_ptr(),
-        num,
-        v.shape[0],
-        best.data_ptr(),
-        g.data_ptr(),
+        _OFFSETS,
+        _NUM,
+        n,
+        _per_segment(out),
+    )
+    return out
+
+
+def segment_moments(values: Tensor, offsets: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-segment mean and sum of squared deviations from it (NaN and 0 for empty ones)."""
+    v, rs, d = _rows(values)
+    mean = _reduced(values, offsets)
+    m2 = torch.empty_like(mean)
+    n = v.shape[0]
+    _launch(
+        "rg_moments",
+        v.dtype,
+        offsets,
+        v.numel(),
+        v.data_ptr(),
+        rs,
+        d,
+        _OFFSETS,
+        _NUM,
+        n,
+        _per_segment(mean),
+        _per_segment(m2),
+    )
+    return mean, m2
+
+
+def affine_rows(values: Tensor, offsets: Tensor, scale: Tensor, centre: Tensor) -> Tensor:
+    """``scale[b] * (values - centre[b])`` for the rows of every segment ``b``."""
+    v, rs, d = _rows(values)
+    scale, centre = scale.contiguous(), centre.contiguous()
+    out = empty(values.shape, values.dtype)
+    n = v.shape[0]
+    _launch(
+        "rg_affine_rows",
+        v.dtype,
+        offsets,
+        v.numel(),
+        v.data_ptr(),
+        rs,
+        d,
+        _OFFSETS,
+        _NUM,
+        n,
+        _per_segment(scale),
+        _per_segment(centre),
+        out.data_ptr(),
+    )
+    return out
+
+
+def segment_extreme(values: Tensor, offsets: Tensor, fill: float, largest: bool) -> Tensor:
+    """Per-segment max (``largest``) or min; NaN propagates; empty segments give ``fill``."""
+    v, rs, d = _rows(values)
+    out = _reduced(values, offsets)
+    n = v.shape[0]
+    _launch(
+        "rg_extreme",
+        v.dtype,
+        offsets,
+        v.numel(),
+        v.data_ptr(),
+        rs,
+        d,
+        _OFFSETS,
+        _NUM,
+        n,
+        fill,
+        int(largest),
+        _per_segment(out),
+    )
+    return out
+
+
+def segment_extreme_backward(values: Tensor, offsets: Tensor, best: Tensor, grad: Tensor) -> Tensor:
+    """Gradient of :func:`segment_extreme`: split evenly among the rows attaining it."""
+    v, rs, d = _rows(values)
+    best = best.contiguous()
+    g, gs = _grad_rows(grad, best.shape)
+    out = empty(values.shape, values.dtype)
+    n = v.shape[0]
+    _launch(
+        "rg_extreme_bwd",
+        v.dtype,
+        offsets,
+        v.numel(),
+        v.data_ptr(),
+        rs,
+        d,
+        _OFFSETS,
+        _NUM,
+        n,
+        _per_segment(best),
+        _PerSegment(g.data_ptr(), gs * g.element_size()),
         gs,
         out.data_ptr(),
     )
-    _check(code, "segment_extreme_backward")
     return out
 
 
 def segment_logsumexp(values: Tensor, offsets: Tensor) -> Tensor:
     """Per-segment ``log(sum(exp(rows)))``, shifted by the segment's finite maximum."""
     v, rs, d = _rows(values)
-    off = _offsets(offsets)
-    num = off.shape[0] - 1
-    out = values.new_empty((num, *values.shape[1:]))
-    code = _fn("rg_logsumexp", v.dtype)(
-        v.data_ptr(), rs, d, off.data_ptr(), num, v.shape[0], out.data_ptr()
+    out = _reduced(values, offsets)
+    n = v.shape[0]
+    _launch(
+        "rg_logsumexp",
+        v.dtype,
+        offsets,
+        v.numel(),
+        v.data_ptr(),
+        rs,
+        d,
+        _OFFSETS,
+        _NUM,
+        n,
+        _per_segment(out),
     )
-    _check(code, "segment_logsumexp")
     return out
 
 
@@ -379,64 +485,72 @@ def segment_logsumexp_backward(
 ) -> Tensor:
     """``grad[b] * exp(values - out[b])`` for the rows of every segment ``b``."""
     v, rs, d = _rows(values)
-    off = _offsets(offsets)
-    num = off.shape[0] - 1
     out = out.contiguous()
     g, gs = _grad_rows(grad, out.shape)
     result = empty(values.shape, values.dtype)
-    code = _fn("rg_logsumexp_bwd", v.dtype)(
+    n = v.shape[0]
+    _launch(
+        "rg_logsumexp_bwd",
+        v.dtype,
+        offsets,
+        v.numel(),
         v.data_ptr(),
         rs,
         d,
-        off.data_ptr(),
-        num,
-        v.shape[0],
-        out.data_ptr(),
-        g.data_ptr(),
+        _OFFSETS,
+        _NUM,
+        n,
+        _per_segment(out),
+        _PerSegment(g.data_ptr(), gs * g.element_size()),
         gs,
         result.data_ptr(),
     )
-    _check(code, "segment_logsumexp_backward")
     return result
 
 
 def segment_softmax(values: Tensor, offsets: Tensor, log: bool) -> Tensor:
     """Softmax (or log-softmax) of the rows of every segment, elementwise over inner axes."""
     v, rs, d = _rows(values)
-    off = _offsets(offsets)
     out = empty(values.shape, values.dtype)
-    code = _fn("rg_softmax", v.dtype)(
+    n = v.shape[0]
+    _launch(
+        "rg_softmax",
+        v.dtype,
+        offsets,
+        v.numel(),
         v.data_ptr(),
         rs,
         d,
-        off.data_ptr(),
-        off.shape[0] - 1,
-        v.shape[0],
+        _OFFSETS,
+        _NUM,
+        n,
         int(log),
         out.data_ptr(),
     )
-    _check(code, "segment_softmax")
     return out
 
 
 def segment_softmax_backward(out: Tensor, offsets: Tensor, grad: Tensor, log: bool) -> Tensor:
     """Vector-Jacobian product of :func:`segment_softmax` (``out`` its result)."""
     o, _, d = _rows(out.contiguous())
-    off = _offsets(offsets)
     g, gs = _grad_rows(grad, out.shape)
     result = empty(out.shape, out.dtype)
-    code = _fn("rg_softmax_bwd", o.dtype)(
+    n = o.shape[0]
+    _launch(
+        "rg_softmax_bwd",
+        o.dtype,
+        offsets,
+        o.numel(),
         o.data_ptr(),
         g.data_ptr(),
         gs,
         d,
-        off.data_ptr(),
-        off.shape[0] - 1,
-        o.shape[0],
+        _OFFSETS,
+        _NUM,
+        n,
         int(log),
         result.data_ptr(),
     )
-    _check(code, "segment_softmax_backward")
     return result
 
 
@@ -448,21 +562,24 @@ def segment_scan(
 ) -> Tensor:
     """The scan ``op`` within every segment (from its end with ``reverse``)."""
     v, rs, d = _rows(values)
-    off = _offsets(offsets)
     out = empty(values.shape, values.dtype)
-    code = _fn("rg_scan", v.dtype)(
+    n = v.shape[0]
+    _launch(
+        "rg_scan",
+        v.dtype,
+        offsets,
+        v.numel(),
         v.data_ptr(),
         rs,
         d,
-        off.data_ptr(),
-        off.shape[0] - 1,
-        v.shape[0],
+        _OFFSETS,
+        _NUM,
+        n,
         SCAN_OPS[op],
         int(reverse),
         int(exclusive),
         out.data_ptr(),
     )
-    _check(code, "segment_scan")
     return out
 
 
@@ -477,24 +594,27 @@ def segment_scan_backward(
 ) -> Tensor:
     """Vector-Jacobian product of :func:`segment_scan` for prod, max, min and logsumexp."""
     v, rs, d = _rows(values)
-    off = _offsets(offsets)
     out = out.contiguous()
     g, gs = _grad_rows(grad, out.shape)
     result = empty(values.shape, values.dtype)
-    code = _fn("rg_scan_bwd", v.dtype)(
+    n = v.shape[0]
+    _launch(
+        "rg_scan_bwd",
+        v.dtype,
+        offsets,
+        v.numel(),
         v.data_ptr(),
         rs,
         out.data_ptr(),
         g.data_ptr(),
         gs,
         d,
-        off.data_ptr(),
-        off.shape[0] - 1,
-        v.shape[0],
+        _OFFSETS,
+        _NUM,
+        n,
         SCAN_OPS[op],
         int(reverse),
         int(exclusive),
         result.data_ptr(),
     )
-    _check(code, "segment_scan_backward")
     return result
