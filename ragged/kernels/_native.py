@@ -278,6 +278,7 @@ _pool_state: dict[str, Any] = {}
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
+    """The worker threads, made afresh when their count changes."""
     with _lock:
         pool = _pool_state.get("pool")
         if pool is None or _pool_state["workers"] != workers:
@@ -286,6 +287,17 @@ def _pool(workers: int) -> ThreadPoolExecutor:
             pool = ThreadPoolExecutor(workers, thread_name_prefix="ragged-native")
             _pool_state.update(pool=pool, workers=workers)
     return pool
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's threads: forget the pool (and a held lock)."""
+    global _lock
+    _lock = threading.Lock()
+    _pool_state.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _ranges(off: Tensor, numel: int) -> list[tuple[int, int]]:
