@@ -1,35 +1,43 @@
 """Native streaming segment kernels: a small C library compiled on first use, loaded with ctypes.
 
 Why native code. On sorted segments a reduction is one pass over the rows in order, with the
-segment's accumulator in cache and each output written once. No torch composition does that on
-CPU: measured here (one thread, ``[2**20, 64]`` float32 in 8192 segments, copy into a warm buffer
-20-26 ms, so a floor of 10-13 ms for a pass that reads the values once) ``index_add_`` in chunks
-takes 15-17 ms, ``embedding_bag(mode="sum")`` 16-18 ms, a CSR matmul 37-39 ms,
-``segment_reduce`` 70 ms, while a 20-line C loop takes 12 ms, at the floor and level with JAX's
-``segment_sum``. For softmax, logsumexp and the scans the gap is wider: their torch compositions
-allocate full-size temporaries, and every fresh tensor over ~32 MB is page-faulted (~100 ms per
-256 MB on these VMs).
+segment's accumulators in cache and each output written once. No torch composition does that on
+CPU: measured here (one thread, ``[2**20, 64]`` float32 in 8192 segments; a copy into a warm
+buffer takes 20-26 ms, so a pass that reads the values once has a floor of 10-13 ms)
+``index_add_`` in chunks takes 15-17 ms, ``embedding_bag(mode="sum")`` 16-18 ms, a CSR matmul
+37-39 ms, ``segment_reduce`` 70 ms, while the C loop below takes 12-13 ms, as long as a loop
+that only reads the values, and level with JAX's ``segment_sum``. For softmax, logsumexp and the
+scans the gap is wider: their torch compositions make several passes and full-size temporaries.
 
-Why C through ctypes, not a torch C++ extension or Inductor. The file
-(``ragged/kernels/_native.c``) includes only libc headers, so it compiles in about a second;
-anything including ``torch/extension.h`` takes tens of seconds per build, and Inductor's
-generated C++ needs the same compiler plus its own warm-up. Needs: a C compiler (``$CC``, else
-``cc``, ``gcc`` or ``clang`` on the ``PATH``). Nothing is built at install time.
+Why C through ctypes, not a torch C++ extension or Inductor. ``ragged/kernels/_native.c``
+includes only libc headers: it compiles in about 3 s of CPU time (once per machine), where a
+torch C++ extension including ``torch/extension.h`` took 32 s and a bare ``torch/library.h``
+op 10 s (measured here, ``g++ -O2``); Inductor's generated C++ needs the same compiler plus its
+own warm-up. Needs a C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang`` on the ``PATH``);
+nothing is built at install time.
 
 Cache and fallback. The library is built once per source, compiler, flags and CPU (the flags use
-``-march=native``; the CPU's feature flags are part of the key, so a shared home directory never
-loads code built for another CPU) into ``$RAGGED_CACHE_DIR`` (default
+``-march=native``; the CPU's model and feature flags are part of the key, so a shared home
+directory never loads code built for another CPU) into ``$RAGGED_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/torch-ragged`` or ``~/.cache/torch-ragged``), written to a temporary file and
-renamed, so concurrent processes are safe. When there is no compiler, the build fails, or
-``RAGGED_NATIVE=0`` is set, :func:`library` returns ``None`` and every caller takes its torch path:
-same results, slower. The build runs at most once per process (a failure is remembered).
+renamed, so concurrent processes are safe. Without a compiler, when the build fails, or with
+``RAGGED_NATIVE=0``, :func:`library` returns ``None`` and every caller takes its torch path:
+same results, slower. The build is tried at most once per process.
 
 What it computes. Float32 and float64 CPU tensors ``[N, D]`` whose inner elements are contiguous
-(any row stride), grouped by int64 offsets into contiguous segments. Sums, products and
-log-sum-exp accumulate in double for both dtypes (a float32 segment of 10^6 rows keeps the
-accuracy of a float64 sum; the float32 ``exp`` is a vectorised Cephes polynomial, about 1 ulp).
-Every kernel checks that the offsets are non-decreasing and within the rows before reading
-(a partition built with ``validate=False`` can be wrong) and raises ``ValueError`` otherwise.
+(any row stride), grouped by int64 offsets into contiguous segments: sum, max/min, mean and
+squared deviations (variance), logsumexp, softmax/log-softmax and the five scans, with their
+backward passes. Sums, products and log-sum-exp accumulate in double for both dtypes (a float32
+segment of 10^6 rows keeps the accuracy of a float64 sum); the float32 ``exp``/``log`` are
+branch-free Cephes polynomials (about 1 ulp) so that the compiler vectorises them (with
+``-fno-trapping-math``: without it GCC vectorised none of the exp loops, and logsumexp and
+softmax ran 3-7x slower).
+Every kernel checks that the offsets are non-decreasing and within the rows before reading (a
+partition built with ``validate=False`` can be wrong) and raises ``ValueError`` otherwise.
+Large outputs are allocated on transparent huge pages (:func:`empty`). With
+``torch.get_num_threads() > 1`` the segments are split into ranges of about equal rows, one per
+thread (the calls release the GIL); each segment is still reduced by one thread in row order,
+so results do not depend on the thread count.
 
 Callers (``ragged.kernels._segment``, ``ragged.kernels._scan``) decide when to use it: eager mode
 only (``torch.compile`` traces the torch composites, which Inductor fuses), CPU, plain tensors
