@@ -58,7 +58,9 @@ def _fold(values: Tensor, dims: tuple[int, ...], segments: Segments) -> tuple[Te
         factor *= values.shape[d]
     rows = moved.reshape(values.shape[0] * factor, *[values.shape[d] for d in rest])
     ids = segments.ids[:, None].expand(values.shape[0], factor).reshape(-1)
-    return rows, Segments(ids, segments.num, segments.counts * factor, None)
+    # Row i becomes rows i * factor .. (i + 1) * factor - 1: contiguous groups stay contiguous.
+    offsets = None if segments.offsets is None else segments.offsets * factor
+    return rows, Segments(ids, segments.num, segments.counts * factor, offsets)
 
 
 def _fill_empty(out: Tensor, counts: Tensor, fill: Any) -> Tensor:
