@@ -488,12 +488,28 @@ def as_torch(result: Any) -> Tensor:
 # --- running ----------------------------------------------------------------------------------
 
 
+# Peak memory of the padded variant's forward + backward, in padded grids ``[B, Lmax, *inner]``
+# (measured with ``ragged.bench.peak_memory`` on smaller data, rounded up).
+PADDED_GRIDS = {
+    "sum": 2.5,
+    "mean": 2.5,
+    "max": 3.5,
+    "min": 3.5,
+    "logsumexp": 4.5,
+    "softmax": 3.5,
+    "cumsum": 4.5,
+    "cumprod": 7.5,
+    "cummax": 5.5,
+    "cummin": 5.5,
+    "logcumsumexp": 11.5,
+    "sort": 4.5,
+}
+
+
 def padded_bytes(op: str, d: Data) -> int:
     """Rough peak memory of the padded variant's forward + backward."""
-    grid = d.num * d.max_length * d.values.shape[1]
-    # The padded input, the dense result or its gradient, the padded gradient; sort adds its
-    # int64 indices.
-    return grid * (4 * 3 + 8) if op == "sort" else grid * 4 * 3
+    grid = d.num * d.max_length * d.values[0].numel() * d.values.element_size()
+    return int(grid * PADDED_GRIDS.get(op, 4.5))
 
 
 def available_bytes() -> int | None:
@@ -562,7 +578,7 @@ def run_op(
     variants: dict[str, Variant] = {"ragged": ragged_fn}
     skipped: dict[str, str] = {}
     need, have = padded_bytes(op, d), available_bytes()
-    if have is not None and need > 0.6 * have:
+    if have is not None and need > 0.5 * have:  # the machine may be shared: leave room
         skipped["padded"] = f"not run: needs ~{need / 1e9:.0f} GB, {have / 1e9:.0f} GB available"
     else:
         variants["padded"] = padded_variant(op, d)
