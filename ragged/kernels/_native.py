@@ -199,7 +199,8 @@ def plain(t: Tensor) -> bool:
 
 
 def differentiable(t: Tensor) -> bool:
-    """Whether ``t`` carries a gradient graph or a forward-mode tangent (no ``out=`` then)."""
+    """Whether a :func:`plain` tensor ``t`` carries a gradient graph or a forward-mode tangent
+    (then no ``out=``, and no kernel outside an ``autograd.Function``)."""
     if t.requires_grad and torch.is_grad_enabled():
         return True
     return fwAD.unpack_dual(t).tangent is not None

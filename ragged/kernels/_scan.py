@@ -450,6 +450,8 @@ def scan_rows(
     gradient to the element ``torch.cummax`` would name.
     """
     if use_fast_path(values, "rows"):
+        if _native_scan(m.name, values) and not native.differentiable(values):
+            return native.segment_scan(values, level.offsets, m.name, reverse, exclusive)
         return _SegmentScan.apply(values, level, max_length, m.name, reverse, exclusive)
     return _composite(m, values, level, max_length, reverse, exclusive, method)
 

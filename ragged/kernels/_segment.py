@@ -90,6 +90,15 @@ def _native_rows(values: Tensor, offsets: Tensor | None, *others: Tensor | None)
     return offsets is not None and native.usable(values, *others)
 
 
+def _direct(values: Tensor, offsets: Tensor | None) -> Tensor | None:
+    """The offsets, if the native kernel can run without an ``autograd.Function``: nothing to
+    differentiate (no grad, no tangent, no functorch wrapper). The Function costs 20-50 us per
+    call (``apply`` binds its arguments with ``inspect``)."""
+    if offsets is not None and native.usable(values) and not native.differentiable(values):
+        return offsets
+    return None
+
+
 def _chunks(rows: int, row_numel: int, itemsize: int) -> Iterator[slice]:
     step = max(4096, _CHUNK_BYTES // max(1, row_numel * itemsize))
     for start in range(0, rows, step):
@@ -159,6 +168,8 @@ def segment_sum(values: Tensor, segments: Segments) -> Tensor:
     tensor([3., 0., 3.])
     """
     if use_fast_path(values):
+        if (offsets := _direct(values, segments.offsets)) is not None:
+            return native.segment_sum(values, offsets)
         return _SegmentSum.apply(values, segments.ids, segments.num, segments.offsets)
     acc = values.dtype
     if torch.compiler.is_compiling() or values.shape[0] > _LONG_ROWS:
@@ -228,6 +239,8 @@ def segment_amin(values: Tensor, segments: Segments, fill: float | int | bool) -
 
 def _extreme(values: Tensor, segments: Segments, fill: Any, largest: bool) -> Tensor:
     if use_fast_path(values):
+        if (offsets := _direct(values, segments.offsets)) is not None:
+            return native.segment_extreme(values, offsets, float(fill), largest)
         return _SegmentExtreme.apply(
             values, segments.ids, segments.counts, segments.offsets, fill, largest
         )
@@ -337,6 +350,8 @@ def segment_softmax(values: Tensor, segments: Segments, *, log: bool = False) ->
     tensor([0.5000, 0.5000, 1.0000])
     """
     if use_fast_path(values, "rows") and values.is_floating_point():
+        if (offsets := _direct(values, segments.offsets)) is not None:
+            return native.segment_softmax(values, offsets, log)
         return _SegmentSoftmax.apply(values, segments.ids, segments.counts, segments.offsets, log)
     shifted = values - gather(_stable_max(values, segments), segments)
     exp = shifted.exp()
@@ -439,6 +454,9 @@ def segment_var(values: Tensor, segments: Segments, correction: int | float) -> 
     tensor([1., nan, 0.])
     """
     if use_fast_path(values) and _native_rows(values, segments.offsets):
+        if (offsets := _direct(values, segments.offsets)) is not None:
+            _, squares = native.segment_moments(values, offsets)
+            return _per_dof(squares, _counts_like(segments.counts, values), correction)
         args = (values, segments.ids, segments.counts, segments.offsets, correction)
         return _SegmentVar.apply(*args)[0]
     count = _counts_like(segments.counts, values)
@@ -596,6 +614,8 @@ def segment_logsumexp(values: Tensor, segments: Segments) -> Tensor:
     tensor([0.6931,   -inf, 5.0000])
     """
     if use_fast_path(values, "rows") and values.is_floating_point():
+        if (offsets := _direct(values, segments.offsets)) is not None:
+            return native.segment_logsumexp(values, offsets)
         return _SegmentLogsumexp.apply(values, segments.ids, segments.counts, segments.offsets)
     peak = _stable_max(values, segments)
     return segment_sum((values - gather(peak, segments)).exp(), segments).log() + peak
