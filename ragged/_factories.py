@@ -18,9 +18,10 @@ from torch import Tensor
 
 from ._array import RaggedArray
 from ._axes import check_names
-from ._errors import type_error, typename, value_error
+from ._errors import Func, name_of, type_error, typename, value_error
 from ._from_lists import from_lists
 from ._partition import Partition, RowPartition
+from ._registry import public
 
 __all__ = [
     "array",
@@ -37,7 +38,7 @@ def _checking(validate: bool) -> bool:
     return validate and not torch.compiler.is_compiling()
 
 
-def _values(func: str, values: object, param: str = "values") -> Tensor:
+def _values(func: Func, values: object, param: str = "values") -> Tensor:
     if not isinstance(values, Tensor):
         raise type_error(func, param, "must be a Tensor", typename(values))
     if values.dim() == 0:
@@ -48,7 +49,7 @@ def _values(func: str, values: object, param: str = "values") -> Tensor:
 
 
 def _index_arg(
-    func: str, param: str, obj: object, device: torch.device
+    func: Func, param: str, obj: object, device: torch.device
 ) -> tuple[Tensor, list[int] | None]:
     """An int64 1-D tensor on ``device``, plus the host list when ``obj`` came from the host."""
     if isinstance(obj, Tensor):
@@ -70,7 +71,7 @@ def _index_arg(
     )
 
 
-def _named(func: str, values: Tensor, partition: Partition, axes: object) -> RaggedArray:
+def _named(func: Func, values: Tensor, partition: Partition, axes: object) -> RaggedArray:
     names = check_names(func, axes, partition.ragged_ndim + values.dim())
     return RaggedArray(values, partition, names)
 
@@ -79,7 +80,7 @@ def _named(func: str, values: Tensor, partition: Partition, axes: object) -> Rag
 
 
 def _check_lengths(
-    func: str, host: list[int], total: int, total_text: str, param: str = "lengths"
+    func: Func, host: list[int], total: int, total_text: str, param: str = "lengths"
 ) -> int:
     for b, n in enumerate(host):
         if n < 0:
@@ -89,6 +90,7 @@ def _check_lengths(
     return max(host, default=0)
 
 
+@public("constructors")
 def from_lengths(
     values: Tensor,
     lengths: Tensor | Sequence[int],
@@ -120,7 +122,7 @@ def from_lengths(
     Traceback (most recent call last):
     ValueError: ragged.from_lengths: `lengths` must sum to values.shape[0] = 5, got sum 4.
     """
-    func = "ragged.from_lengths"
+    func = from_lengths
     values = _values(func, values)
     lengths_t, host = _index_arg(func, "lengths", lengths, values.device)
     total = values.shape[0]
@@ -146,6 +148,7 @@ def from_lengths(
     return _named(func, values, partition, axes)
 
 
+@public("constructors")
 def from_offsets(
     values: Tensor,
     offsets: Tensor | Sequence[int],
@@ -169,7 +172,7 @@ def from_offsets(
     Traceback (most recent call last):
     ValueError: ragged.from_offsets: `offsets` must start at 0, got offsets[0] = 1.
     """
-    func = "ragged.from_offsets"
+    func = from_offsets
     values = _values(func, values)
     offsets_t, host = _index_arg(func, "offsets", offsets, values.device)
     if offsets_t.numel() == 0:
@@ -205,6 +208,7 @@ def from_offsets(
     return _named(func, values, partition, axes)
 
 
+@public("constructors")
 def from_segment_ids(
     values: Tensor,
     segment_ids: Tensor | Sequence[int],
@@ -229,7 +233,7 @@ def from_segment_ids(
     Traceback (most recent call last):
     ValueError: ragged.from_segment_ids: `segment_ids` must be sorted (non-decreasing), got segment_ids[1] = 0 < segment_ids[0] = 1.
     """
-    func = "ragged.from_segment_ids"
+    func = from_segment_ids
     values = _values(func, values)
     if isinstance(num_segments, bool) or not isinstance(num_segments, (int, torch.SymInt)):
         raise type_error(func, "num_segments", "must be an int", typename(num_segments))
@@ -265,6 +269,7 @@ def from_segment_ids(
 # --- padded / nested ------------------------------------------------------------------------
 
 
+@public("constructors")
 def from_padded(
     padded: Tensor,
     lengths: Tensor | Sequence[int] | None = None,
@@ -301,7 +306,7 @@ def from_padded(
     Traceback (most recent call last):
     ValueError: ragged.from_padded: `mask` must be left-aligned (True on a prefix of each row), got row 0 = [True, False, True].
     """
-    func = "ragged.from_padded"
+    func = from_padded
     if not isinstance(padded, Tensor):
         raise type_error(func, "padded", "must be a Tensor", typename(padded))
     needed = 3 if pairs else 2
@@ -331,7 +336,7 @@ def from_padded(
 
 
 def _padded_level(
-    func: str,
+    func: Func,
     lengths: Tensor | Sequence[int] | None,
     mask: Tensor | None,
     num: int,
@@ -340,7 +345,7 @@ def _padded_level(
 ) -> RowPartition:
     """The first ragged level of ``from_padded``, from lengths, a prefix mask, or full rows."""
     if lengths is not None and mask is not None:
-        raise TypeError(f"{func}: pass `lengths` or `mask`, not both.")
+        raise TypeError(f"{name_of(func)}: pass `lengths` or `mask`, not both.")
     host: list[int] | None
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
@@ -381,6 +386,7 @@ def _padded_level(
     return RowPartition.from_lengths(lengths_t, total, high, squares)
 
 
+@public("constructors")
 def from_nested_lengths(
     values: Tensor,
     nested_lengths: Sequence[Tensor | Sequence[int]],
@@ -405,7 +411,7 @@ def from_nested_lengths(
     >>> docs.shape, docs.to_list()
     (RaggedShape(2, [2, 1], [[3, 1], [2]]), [[[0, 1, 2], [3]], [[4, 5]]])
     """
-    func = "ragged.from_nested_lengths"
+    func = from_nested_lengths
     values = _values(func, values)
     if (
         isinstance(nested_lengths, (Tensor, str))
@@ -449,6 +455,7 @@ def from_nested_lengths(
     return _named(func, values, Partition(tuple(levels)), axes)
 
 
+@public("constructors")
 def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray:
     """A RaggedArray sharing the values and offsets of a ``torch.nested`` jagged tensor.
 
@@ -459,7 +466,7 @@ def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray
     >>> ragged.from_nested(nt).to_list()
     [[1.0, 1.0], [0.0]]
     """
-    func = "ragged.from_nested"
+    func = from_nested
     if not isinstance(nt, Tensor) or not nt.is_nested or nt.layout != torch.jagged:
         raise type_error(
             func, "nt", "must be a torch.nested tensor with layout=torch.jagged", typename(nt)
@@ -482,7 +489,7 @@ def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray
 
 
 def _segments_from_tensors(
-    func: str, data: Sequence[Any], dtype: torch.dtype | None, device: Any
+    func: Func, data: Sequence[Any], dtype: torch.dtype | None, device: Any
 ) -> tuple[Tensor, list[int]]:
     tensors = [seg if isinstance(seg, Tensor) else torch.as_tensor(seg) for seg in data]
     for b, seg in enumerate(tensors):
@@ -515,6 +522,7 @@ def _segments_from_tensors(
     return values.to(dtype=dtype, device=device), [seg.shape[0] for seg in tensors]
 
 
+@public("constructors")
 def array(
     data: Sequence[Any],
     *,
@@ -550,7 +558,7 @@ def array(
     Traceback (most recent call last):
     ValueError: ragged.array: `data` must be nested lists of one consistent depth, got depths [2, 3].
     """
-    func = "ragged.array"
+    func = array
     if isinstance(data, Tensor) or not isinstance(data, Sequence) or isinstance(data, str):
         raise type_error(
             func,

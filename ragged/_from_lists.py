@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._errors import value_error
+from ._errors import Func, value_error
 
 
 def _depth(obj: Any, level: int, depths: set[int], empties: list[int]) -> None:
@@ -56,7 +56,7 @@ def _split(
 
 
 def from_lists(
-    func: str, data: Sequence[Any], ragged_ndim: int | None, dtype: torch.dtype | None, device: Any
+    func: Func, data: Sequence[Any], ragged_ndim: int | None, dtype: torch.dtype | None, device: Any
 ) -> tuple[Tensor, list[list[int]]]:
     """Values and the host lengths of every ragged level, from nested lists."""
     depths: set[int] = set()

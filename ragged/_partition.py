@@ -1,6 +1,6 @@
 """Partitions: how the flat ``values`` of a RaggedArray split into segments and rows.
 
-A :class:`Partition` is a stack of :class:`RowPartition` levels, one per ragged axis, in the
+A [`Partition`][ragged.Partition] is a stack of [`RowPartition`][ragged.RowPartition] levels, one per ragged axis, in the
 style of TensorFlow's nested row partitions. Level 0 splits the ``B`` segments into rows of the
 first ragged axis; level ``k`` splits the rows of level ``k - 1`` into rows of the next ragged
 axis; the children of the last level are the rows of ``values``.
@@ -8,7 +8,7 @@ axis; the children of the last level are the rows of ``values``.
 Both classes compare and hash by identity. They ride in the pytree *context* of a RaggedArray,
 and ``torch.func`` compares contexts when it checks that two trees match: identity makes that
 check cheap and never asks a tensor for its truth value. Value equality is
-:meth:`Partition.equals` (one comparison of the offsets, which reads device memory).
+[`Partition.equals`][ragged.Partition.equals] (one comparison of the offsets, which reads device memory).
 
 Nothing here validates: partitions are built by the factories in ``ragged._factories`` (which
 validate user input) and by ops (whose outputs are valid by construction).
@@ -22,9 +22,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["Partition", "RowPartition"]
+from ._registry import public
+
+__all__ = ["Partition", "RowPartition"]  # pair_index and length_stats are internal helpers
 
 
+@public("arrays")
 @dataclasses.dataclass(frozen=True, eq=False)
 class RowPartition:
     """One ragged axis: parent row ``r`` owns the children ``offsets[r]:offsets[r + 1]``.
@@ -123,6 +126,15 @@ class RowPartition:
         children = torch.arange(self.num_children, device=self.row_ids.device)
         return children - self.offsets[self.row_ids]
 
+    def equals(self, other: RowPartition) -> bool:
+        """Value equality: identity, else equal offsets (one comparison; reads device memory).
+
+        >>> a = RowPartition.from_lengths(torch.tensor([2, 0]), total=2)
+        >>> a.equals(a), a.equals(RowPartition.from_lengths(torch.tensor([2, 0]), total=2))
+        (True, True)
+        """
+        return self is other or tensors_equal(self.offsets, other.offsets)
+
     def to(self, device: torch.device) -> RowPartition:
         """This level with its tensors on ``device``."""
         return self.map_tensors(lambda t: t.to(device))
@@ -149,9 +161,10 @@ def _row_ids(lengths: Tensor, total: int) -> Tensor:
     return torch.repeat_interleave(rows, lengths, output_size=total)
 
 
+@public("arrays")
 @dataclasses.dataclass(frozen=True, eq=False)
 class Partition:
-    """The partition tree of a RaggedArray: one :class:`RowPartition` per ragged axis.
+    """The partition tree of a RaggedArray: one [`RowPartition`][ragged.RowPartition] per ragged axis.
 
     A RaggedArray of logical shape ``(B, L*, *inner)`` has one level; ``(B, S*, T*, *inner)``
     has two. Arrays that share a partition *object* take the fast path in binary ops; ops that
@@ -266,10 +279,7 @@ class Partition:
             return True
         if len(self.levels) != len(other.levels):
             return False
-        return all(
-            a.offsets.shape == b.offsets.shape and bool(torch.equal(a.offsets, b.offsets))
-            for a, b in zip(self.levels, other.levels, strict=True)
-        )
+        return all(a.equals(b) for a, b in zip(self.levels, other.levels, strict=True))
 
     def to(self, device: torch.device | str) -> Partition:
         """This partition on ``device`` (the same object when already there)."""
@@ -302,3 +312,51 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition(num_segments={self.num_segments}, levels={len(self.levels)})"
+
+
+def tensors_equal(a: Tensor, b: Tensor) -> bool:
+    """Same shape and entries (reads device memory once).
+
+    >>> tensors_equal(torch.tensor([0, 2]), torch.tensor([0, 2])), tensors_equal(torch.ones(2), torch.ones(3))
+    (True, False)
+    """
+    return a.shape == b.shape and bool(torch.equal(a, b))
+
+
+def length_stats(lengths: Tensor) -> tuple[int, int, int]:
+    """Sum, maximum and sum of squares of ``lengths``, read in one transfer (one host sync).
+
+    >>> length_stats(torch.tensor([2, 0, 3]))
+    (5, 3, 13)
+    """
+    if lengths.numel() == 0:
+        return 0, 0, 0
+    total, longest, squares = torch.stack(
+        [lengths.sum(), lengths.max(), (lengths * lengths).sum()]
+    ).tolist()
+    return total, longest, squares
+
+
+@dataclasses.dataclass
+class PairIndex:
+    """For every entry ``(b, i, j)`` of a pair map: the value rows ``i`` and ``j`` it pairs."""
+
+    partition: Partition
+    left: Tensor  # the row i (a child of ``rows``) of every pair
+    right: Tensor  # the row j (a child of ``columns``) of every pair
+
+
+def pair_index(rows: RowPartition, columns: RowPartition) -> PairIndex:
+    """The product partition of ``rows`` x ``columns`` and the rows each pair combines.
+
+    >>> level = RowPartition.from_lengths(torch.tensor([2, 1]), total=3)
+    >>> index = pair_index(level, level)
+    >>> index.left.tolist(), index.right.tolist()
+    ([0, 0, 1, 1, 2], [0, 1, 0, 1, 2])
+    """
+    partition = Partition.outer(rows, columns)
+    cells = partition.levels[1]
+    left = cells.row_ids  # the children of level 0 are the rows of x
+    segment = rows.row_ids.index_select(0, left)
+    right = columns.offsets.index_select(0, segment) + cells.positions()
+    return PairIndex(partition, left, right)

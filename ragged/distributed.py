@@ -7,9 +7,9 @@ with tensor collectives (``all_gather``, ``broadcast``, ``scatter``) on the valu
 buffers are padded to the largest rank where the collective needs equal sizes. Results record
 their maximum length, so later ``to_padded``/``to_mask`` calls read nothing from the device.
 
-Ordering: :func:`all_gather` concatenates the ranks' segments in rank order (rank 0's first);
-:func:`scatter` and :func:`shard` give rank ``r`` the ``r``-th contiguous chunk. The global mean
-of a per-token loss is :func:`global_mean` (sums and counts all-reduced); see
+Ordering: [`all_gather`][ragged.distributed.all_gather] concatenates the ranks' segments in rank order (rank 0's first);
+[`scatter`][ragged.distributed.scatter] and [`shard`][ragged.distributed.shard] give rank ``r`` the ``r``-th contiguous chunk. The global mean
+of a per-token loss is [`global_mean`][ragged.distributed.global_mean] (sums and counts all-reduced); see
 ``docs/semantics.md`` (data loading).
 """
 
@@ -25,8 +25,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ._array import RaggedArray
-from ._errors import type_error, typename, value_error
+from ._errors import Func, type_error, typename, value_error
 from ._partition import Partition, RowPartition
+from ._registry import public
 
 __all__ = ["all_gather", "broadcast", "global_mean", "scatter", "shard", "shard_bounds"]
 
@@ -52,7 +53,7 @@ def _meta(x: RaggedArray) -> _Meta:
     )
 
 
-def _check_array(func: str, x: object) -> RaggedArray:
+def _check_array(func: Func, x: object) -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", typename(x))
     if x.ragged_ndim != 1:
@@ -80,6 +81,7 @@ def _padded(tensor: Tensor, rows: int) -> Tensor:
     return out
 
 
+@public("distributed", namespace="ragged.distributed")
 def all_gather(x: RaggedArray, group: Group = None) -> RaggedArray:
     """Every rank's segments, concatenated in rank order, on every rank.
 
@@ -94,7 +96,7 @@ def all_gather(x: RaggedArray, group: Group = None) -> RaggedArray:
     Raises:
         ValueError: ranks disagree on dtype, inner shape or axis names (raised on every rank).
     """
-    func = "ragged.distributed.all_gather"
+    func = all_gather
     x = _check_array(func, x)
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
@@ -115,7 +117,7 @@ def all_gather(x: RaggedArray, group: Group = None) -> RaggedArray:
     return _build(values, lengths, max(m.max_length for m in metas), x.axes)
 
 
-def _check_agree(func: str, metas: Sequence[_Meta], fields: Sequence[str]) -> None:
+def _check_agree(func: Func, metas: Sequence[_Meta], fields: Sequence[str]) -> None:
     for field in fields:
         seen = [getattr(m, field) for m in metas]
         if any(v != seen[0] for v in seen):
@@ -123,6 +125,7 @@ def _check_agree(func: str, metas: Sequence[_Meta], fields: Sequence[str]) -> No
             raise value_error(func, "x", f"must have one {field} on every rank", got)
 
 
+@public("distributed", namespace="ragged.distributed")
 def broadcast(
     x: RaggedArray | None,
     src: int,
@@ -142,7 +145,7 @@ def broadcast(
     Metadata goes through ``broadcast_object_list``, lengths and values through
     ``broadcast``. The result knows its maximum length when ``src``'s partition does.
     """
-    func = "ragged.distributed.broadcast"
+    func = broadcast
     is_src = dist.get_rank() == src
     if is_src:
         x = _check_array(func, x)
@@ -162,6 +165,7 @@ def broadcast(
     return _build(values, lengths, meta.max_length, meta.axes)
 
 
+@public("distributed", namespace="ragged.distributed")
 def scatter(
     x: RaggedArray | None,
     src: int,
@@ -171,7 +175,7 @@ def scatter(
 ) -> RaggedArray:
     """Split ``src``'s segments into contiguous chunks, one per rank (rank order).
 
-    The chunks balance the number of values (tokens) with :func:`shard_bounds`, so a rank may
+    The chunks balance the number of values (tokens) with [`shard_bounds`][ragged.distributed.shard_bounds], so a rank may
     receive zero segments when there are fewer segments than ranks. ``src`` reads its lengths
     once (one host sync). Metadata goes through ``scatter_object_list``, lengths and values
     through ``scatter`` of buffers padded to the largest chunk.
@@ -180,9 +184,9 @@ def scatter(
         x: the array on ``src``; ignored (pass ``None``) on the other ranks.
         src: the sending rank (a global rank).
         group: the process group.
-        device: where receivers allocate (see :func:`broadcast`).
+        device: where receivers allocate (see [`broadcast`][ragged.distributed.broadcast]).
     """
-    func = "ragged.distributed.scatter"
+    func = scatter
     world = dist.get_world_size(group)
     is_src = dist.get_rank() == src
     chunks: list[RaggedArray] = []
@@ -215,6 +219,7 @@ def scatter(
 # --- sharding -------------------------------------------------------------------------------
 
 
+@public("distributed", namespace="ragged.distributed")
 def shard_bounds(lengths: Sequence[int] | Tensor, world_size: int) -> list[int]:
     """Token-balanced contiguous split points: rank ``r`` owns segments ``[b[r], b[r + 1])``.
 
@@ -228,7 +233,7 @@ def shard_bounds(lengths: Sequence[int] | Tensor, world_size: int) -> list[int]:
     >>> shard_bounds([3, 3], 4)  # fewer segments than ranks: some ranks get none
     [0, 0, 1, 1, 2]
     """
-    func = "ragged.distributed.shard_bounds"
+    func = shard_bounds
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size <= 0:
         raise value_error(func, "world_size", "must be a positive int", repr(world_size))
     host = lengths.tolist() if isinstance(lengths, Tensor) else list(lengths)
@@ -261,6 +266,7 @@ def _slice(x: RaggedArray, host: list[int], start: int, stop: int) -> RaggedArra
     return RaggedArray(x.values[first:last], Partition((new,)), x.axes)
 
 
+@public("distributed", namespace="ragged.distributed")
 def shard(lengths_or_x: Sequence[int] | Tensor | RaggedArray, world_size: int, rank: int) -> Any:
     """Rank ``rank``'s token-balanced contiguous share of a global batch.
 
@@ -279,7 +285,7 @@ def shard(lengths_or_x: Sequence[int] | Tensor | RaggedArray, world_size: int, r
     >>> shard(ragged.array([[1, 2, 3], [4], [5, 6]]), 2, 1).to_list()
     [[4], [5, 6]]
     """
-    func = "ragged.distributed.shard"
+    func = shard
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < max(world_size, 1):
         raise value_error(func, "rank", f"must be an int in [0, {world_size})", repr(rank))
     if isinstance(lengths_or_x, RaggedArray):
@@ -294,6 +300,7 @@ def shard(lengths_or_x: Sequence[int] | Tensor | RaggedArray, world_size: int, r
 # --- losses ---------------------------------------------------------------------------------
 
 
+@public("distributed", namespace="ragged.distributed")
 def global_mean(
     loss_sum: Tensor, count: Tensor | int | float, group: Group = None, *, ddp: bool = True
 ) -> Tensor:
@@ -308,7 +315,7 @@ def global_mean(
     ``world_size / global_count``: ``DistributedDataParallel`` averages gradients over ranks
     (divides their sum by the world size), which then yields exactly the gradient of the global
     mean. With ``ddp=False`` the scale is ``1 / global_count`` (when gradients are summed, not
-    averaged). A global count of 0 gives NaN, like :func:`ragged.mean` of an empty segment.
+    averaged). A global count of 0 gives NaN, like [`ragged.mean`][ragged.mean] of an empty segment.
 
     Args:
         loss_sum: this rank's sum of per-token losses (any shape; usually a scalar).
@@ -316,7 +323,7 @@ def global_mean(
         group: the process group.
         ddp: scale the gradient for DDP's averaging.
     """
-    func = "ragged.distributed.global_mean"
+    func = global_mean
     if not isinstance(loss_sum, Tensor):
         raise type_error(func, "loss_sum", "must be a Tensor", typename(loss_sum))
     count_t = torch.as_tensor(count, device=loss_sum.device)

@@ -1,12 +1,12 @@
 """Conversions to and from other libraries' variable-length formats.
 
-* ``torch.nn.utils.rnn.PackedSequence`` (RNNs): :func:`to_packed_sequence`,
-  :func:`from_packed_sequence`.
-* HuggingFace-style padded batches with an ``attention_mask``: :func:`to_hf`, :func:`from_hf`.
-* PyTorch Geometric's ``(x, batch)`` segment-id vector: :func:`to_pyg`, :func:`from_pyg`.
-* DanLing's ``NestedTensor`` (PyPI ``danling``, optional): :func:`to_danling`,
-  :func:`from_danling`.
-* ``torch.nested`` jagged tensors: :func:`ragged.from_nested` and :meth:`RaggedArray.to_nested`.
+* ``torch.nn.utils.rnn.PackedSequence`` (RNNs): [`to_packed_sequence`][ragged.to_packed_sequence],
+  [`from_packed_sequence`][ragged.from_packed_sequence].
+* HuggingFace-style padded batches with an ``attention_mask``: [`to_hf`][ragged.to_hf], [`from_hf`][ragged.from_hf].
+* PyTorch Geometric's ``(x, batch)`` segment-id vector: [`to_pyg`][ragged.to_pyg], [`from_pyg`][ragged.from_pyg].
+* DanLing's ``NestedTensor`` (PyPI ``danling``, optional): [`to_danling`][ragged.to_danling],
+  [`from_danling`][ragged.from_danling].
+* ``torch.nested`` jagged tensors: [`ragged.from_nested`][ragged.from_nested] and [`RaggedArray.to_nested`][ragged.RaggedArray.to_nested].
 
 Every conversion is differentiable with respect to the values. Host reads are stated per
 function; they happen only where the other format keeps sizes on the host (``PackedSequence``'s
@@ -22,8 +22,9 @@ from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
 from ._array import RaggedArray
-from ._errors import type_error, typename, value_error
+from ._errors import Func, type_error, typename, value_error
 from ._partition import Partition, RowPartition
+from ._registry import public
 
 if TYPE_CHECKING:
     from danling import NestedTensor
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 
-def _ragged_arg(func: str, x: object) -> RaggedArray:
+def _ragged_arg(func: Func, x: object) -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", typename(x))
     if x.ragged_ndim != 1:
@@ -51,6 +52,7 @@ def _ragged_arg(func: str, x: object) -> RaggedArray:
 # --- PackedSequence ---------------------------------------------------------------------------
 
 
+@public("interop")
 def to_packed_sequence(x: RaggedArray, *, enforce_sorted: bool = False) -> PackedSequence:
     """A ``PackedSequence`` holding the segments of ``x``, for ``torch.nn.RNN/LSTM/GRU``.
 
@@ -73,7 +75,7 @@ def to_packed_sequence(x: RaggedArray, *, enforce_sorted: bool = False) -> Packe
     >>> ragged.from_packed_sequence(ps).to_list()
     [[1.0], [2.0, 3.0, 4.0], [5.0, 6.0]]
     """
-    func = "ragged.to_packed_sequence"
+    func = to_packed_sequence
     x = _ragged_arg(func, x)
     lengths = x.lengths.cpu()
     num = lengths.shape[0]
@@ -120,6 +122,7 @@ def _packed_index(
     return time_offsets.to(device)[level.positions()] + rank.to(device)[level.row_ids]
 
 
+@public("interop")
 def from_packed_sequence(ps: PackedSequence) -> RaggedArray:
     """A RaggedArray of the sequences of a ``PackedSequence``, in their original order.
 
@@ -133,7 +136,7 @@ def from_packed_sequence(ps: PackedSequence) -> RaggedArray:
     >>> ragged.from_packed_sequence(ps).to_list()
     [[1, 2], [3, 4, 5]]
     """
-    func = "ragged.from_packed_sequence"
+    func = from_packed_sequence
     if not isinstance(ps, PackedSequence):
         raise type_error(func, "ps", "must be a torch.nn.utils.rnn.PackedSequence", typename(ps))
     data, batch_sizes, sorted_indices, unsorted_indices = ps
@@ -160,12 +163,13 @@ def from_packed_sequence(ps: PackedSequence) -> RaggedArray:
 # --- HuggingFace padded batches ---------------------------------------------------------------
 
 
-def _side(func: str, padding_side: object) -> str:
+def _side(func: Func, padding_side: object) -> str:
     if padding_side not in ("right", "left"):
         raise value_error(func, "padding_side", 'must be "right" or "left"', repr(padding_side))
     return str(padding_side)
 
 
+@public("interop")
 def to_hf(
     x: RaggedArray,
     *,
@@ -197,7 +201,7 @@ def to_hf(
     tensor([[ 5,  6,  7],
             [-1, -1,  8]])
     """
-    func = "ragged.to_hf"
+    func = to_hf
     x = _ragged_arg(func, x)
     side = _side(func, padding_side)
     if length is not None and (
@@ -223,8 +227,9 @@ def to_hf(
     return out.reshape(num, width, *values.shape[1:]), mask.to(torch.int64)
 
 
+@public("interop")
 def from_hf(padded: Tensor, attention_mask: Tensor, *, padding_side: str = "right") -> RaggedArray:
-    """The real tokens of a padded batch, packed: the inverse of :func:`to_hf`.
+    """The real tokens of a padded batch, packed: the inverse of [`to_hf`][ragged.to_hf].
 
     Reads the mask's row sums and checks once (one host sync): the output size depends on them.
 
@@ -246,7 +251,7 @@ def from_hf(padded: Tensor, attention_mask: Tensor, *, padding_side: str = "righ
     Traceback (most recent call last):
     ValueError: ragged.from_hf: `attention_mask` must be right-padded (ones on a prefix of each row; pass padding_side="left" for left padding), got row 1 = [0, 0, 1].
     """
-    func = "ragged.from_hf"
+    func = from_hf
     side = _side(func, padding_side)
     if not isinstance(padded, Tensor):
         raise type_error(func, "padded", "must be a Tensor", typename(padded))
@@ -310,6 +315,7 @@ def from_hf(padded: Tensor, attention_mask: Tensor, *, padding_side: str = "righ
 # --- PyTorch Geometric ------------------------------------------------------------------------
 
 
+@public("interop")
 def to_pyg(x: RaggedArray) -> tuple[Tensor, Tensor]:
     """PyG's ``(x, batch)``: the values and the graph (segment) of each row; no copy, no sync.
 
@@ -318,10 +324,11 @@ def to_pyg(x: RaggedArray) -> tuple[Tensor, Tensor]:
     >>> values, batch
     (tensor([1., 2., 3.]), tensor([0, 0, 2]))
     """
-    x = _ragged_arg("ragged.to_pyg", x)
+    x = _ragged_arg(to_pyg, x)
     return x.values, x.segment_ids()
 
 
+@public("interop")
 def from_pyg(
     x: Tensor, batch: Tensor, num_graphs: int | None = None, *, validate: bool = True
 ) -> RaggedArray:
@@ -342,7 +349,7 @@ def from_pyg(
     >>> ragged.from_pyg(torch.arange(3.0), torch.tensor([0, 0, 2]), num_graphs=4).lengths
     tensor([2, 0, 1, 0])
     """
-    func = "ragged.from_pyg"
+    func = from_pyg
     if not isinstance(x, Tensor) or x.dim() == 0:
         raise type_error(func, "x", "must be a Tensor with at least 1 dim", typename(x))
     if not isinstance(batch, Tensor) or batch.dtype.is_floating_point or batch.dtype == torch.bool:
@@ -394,6 +401,7 @@ def _danling() -> Any:
     return danling
 
 
+@public("interop")
 def from_danling(nt: NestedTensor) -> RaggedArray:
     """A RaggedArray sharing the packed values of a DanLing ``NestedTensor``.
 
@@ -406,7 +414,7 @@ def from_danling(nt: NestedTensor) -> RaggedArray:
     >>> ragged.from_danling(NestedTensor(torch.tensor([1, 2, 3]), torch.tensor([4]))).to_list()
     [[1, 2, 3], [4]]
     """
-    func = "ragged.from_danling"
+    func = from_danling
     danling = _danling()
     if not isinstance(nt, danling.NestedTensor):
         raise type_error(func, "nt", "must be a danling.NestedTensor", typename(nt))
@@ -431,6 +439,7 @@ def from_danling(nt: NestedTensor) -> RaggedArray:
     return RaggedArray(values, Partition((level,)))
 
 
+@public("interop")
 def to_danling(x: RaggedArray) -> NestedTensor:
     """A DanLing ``NestedTensor`` over the values of ``x`` (differentiable, values not copied).
 
@@ -443,7 +452,7 @@ def to_danling(x: RaggedArray) -> NestedTensor:
     tensor([[1., 2.],
             [3., 0.]])
     """
-    func = "ragged.to_danling"
+    func = to_danling
     danling = _danling()
     x = _ragged_arg(func, x)
     offsets = x.offsets.cpu()

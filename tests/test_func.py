@@ -29,9 +29,13 @@ def test_map_module_and_pytree():
     assert y.partition is x.partition
     assert y.axes == ("b", "l", "d")
     torch.testing.assert_close(y.values, layer(x.values))
-    out = ragged.map(lambda v, scale: {"a": v * scale, "n": v.norm(dim=-1)}, x, 2.0)
+    out = ragged.map(lambda v, scale: {"a": v * scale, "n": v.norm(dim=-1)}, x, 2.0, axes=None)
     assert out["a"].partition is x.partition
-    assert out["n"].axes is None
+    assert out["a"].axes is None and out["n"].axes is None
+    # Names are never dropped silently: a named array whose number of axes changes needs axes=.
+    with pytest.raises(ValueError, match=re.escape("(3 -> 2); pass `axes=` with the 2 names")):
+        ragged.map(lambda v: v.norm(dim=-1), x)
+    assert ragged.map(lambda v: v.norm(dim=-1), x, axes=("b", "l")).axes == ("b", "l")
     assert ragged.map(torch.add, x, x.with_values(x.values)).to_list() == (x * 2).to_list()
 
 

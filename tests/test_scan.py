@@ -10,8 +10,7 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from ragged.kernels import _segment
-from ragged.ops import _scan
+from ragged.kernels import _scan, _segment
 from tests.strategies import ragged_arrays
 
 INF = math.inf

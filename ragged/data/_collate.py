@@ -23,13 +23,14 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._errors import type_error, value_error
 from .._partition import Partition, RowPartition
+from .._registry import public
 
 __all__ = ["collate"]
 
-_FUNC = "ragged.data.collate"
 Path = tuple[Hashable, ...]
 
 
+@public("data", namespace="ragged.data")
 def collate(samples: Sequence[Any], *, ragged_keys: Iterable[Any] | None = None) -> Any:
     """Batch variable-length samples into RaggedArrays (no padding) and dense tensors.
 
@@ -70,9 +71,11 @@ def collate(samples: Sequence[Any], *, ragged_keys: Iterable[Any] | None = None)
     RaggedShape(2, [2, 2], 4)
     """
     if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence):
-        raise type_error(_FUNC, "samples", "must be a sequence of samples", type(samples).__name__)
+        raise type_error(
+            collate, "samples", "must be a sequence of samples", type(samples).__name__
+        )
     if not samples:
-        raise value_error(_FUNC, "samples", "must hold at least one sample", "an empty batch")
+        raise value_error(collate, "samples", "must hold at least one sample", "an empty batch")
     first = samples[0]
     if isinstance(first, Tensor) or _is_array(first):
         return _Collator(None).ragged((), [_as_tensor(s, ()) for s in samples])
@@ -87,7 +90,9 @@ def collate(samples: Sequence[Any], *, ragged_keys: Iterable[Any] | None = None)
         unused = keys - collator.used
         if unused:
             names = sorted(map(_path_text, unused))
-            raise value_error(_FUNC, "ragged_keys", "must name tensor fields of the samples", names)
+            raise value_error(
+                collate, "ragged_keys", "must name tensor fields of the samples", names
+            )
     return out
 
 
@@ -101,7 +106,7 @@ def _as_tensor(obj: Any, path: Path) -> Tensor:
     if _is_array(obj):
         return torch.as_tensor(obj)
     raise type_error(
-        _FUNC, "samples", f"must hold tensors at {_path_text(path)}", type(obj).__name__
+        collate, "samples", f"must hold tensors at {_path_text(path)}", type(obj).__name__
     )
 
 
@@ -123,7 +128,7 @@ class _Collator:
             if type(item) is not type(first) and not (_is_leaf(item) and _is_leaf(first)):
                 got = f"{type(first).__name__} in sample 0, {type(item).__name__} in sample {b}"
                 raise type_error(
-                    _FUNC, "samples", f"must share one structure at {_path_text(path)}", got
+                    collate, "samples", f"must share one structure at {_path_text(path)}", got
                 )
         if isinstance(first, Mapping):
             fields = list(first.keys())
@@ -131,7 +136,7 @@ class _Collator:
                 if set(item.keys()) != set(fields):
                     got = f"keys {sorted(map(str, fields))} in sample 0, {sorted(map(str, item.keys()))} in sample {b}"
                     raise type_error(
-                        _FUNC, "samples", f"must share one structure at {_path_text(path)}", got
+                        collate, "samples", f"must share one structure at {_path_text(path)}", got
                     )
             batched = {k: self.walk((*path, k), [item[k] for item in items]) for k in fields}
             try:  # keep the mapping type when it can be built from a dict (OrderedDict, ...)
@@ -146,7 +151,7 @@ class _Collator:
                         f"must share one structure at {_path_text(path)} (lists and tuples are "
                         "containers: give a variable-length field as a tensor)"
                     )
-                    raise type_error(_FUNC, "samples", expected, got)
+                    raise type_error(collate, "samples", expected, got)
             names = getattr(first, "_fields", None)  # a namedtuple's fields go by name
             keys = names if isinstance(first, tuple) and names else range(len(first))
             fields = [
@@ -176,7 +181,7 @@ class _Collator:
         shapes = {tuple(t.shape) for t in tensors}
         if len(shapes) > 1:
             raise value_error(
-                _FUNC,
+                collate,
                 "samples",
                 f"must have one shape at {_path_text(path)} to stack it (name it in "
                 "ragged_keys to batch it as a RaggedArray)",
@@ -189,7 +194,7 @@ class _Collator:
         for b, t in enumerate(tensors):
             if t.dim() == 0:
                 raise value_error(
-                    _FUNC,
+                    collate,
                     "samples",
                     f"must have a leading (ragged) axis at {_path_text(path)}",
                     f"a 0-dim tensor in sample {b}",
@@ -197,7 +202,7 @@ class _Collator:
         inner = {tuple(t.shape[1:]) for t in tensors}
         if len(inner) > 1:
             raise value_error(
-                _FUNC,
+                collate,
                 "samples",
                 f"must have one inner shape at {_path_text(path)} (only the leading axis is ragged)",
                 f"inner shapes {sorted(inner)}",
@@ -219,12 +224,15 @@ def _check_dtypes(path: Path, tensors: list[Tensor]) -> None:
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) > 1:
         raise type_error(
-            _FUNC, "samples", f"must have one dtype at {_path_text(path)}", sorted(map(str, dtypes))
+            collate,
+            "samples",
+            f"must have one dtype at {_path_text(path)}",
+            sorted(map(str, dtypes)),
         )
     devices = {t.device for t in tensors}
     if len(devices) > 1:
         raise value_error(
-            _FUNC,
+            collate,
             "samples",
             f"must be on one device at {_path_text(path)}",
             sorted(map(str, devices)),

@@ -16,12 +16,13 @@ import torch
 from torch import Tensor
 from torch.utils.data import Sampler
 
-from .._errors import type_error, typename, value_error
+from .._errors import Func, name_of, type_error, typename, value_error
+from .._registry import public
 
 __all__ = ["BucketBatchSampler", "TokenBudgetBatchSampler"]
 
 
-def host_lengths(func: str, lengths: object) -> list[int]:
+def host_lengths(func: Func, lengths: object) -> list[int]:
     """Per-sample lengths as a host list of non-negative ints (a tensor is read once)."""
     if isinstance(lengths, Tensor):
         if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
@@ -46,7 +47,7 @@ def host_lengths(func: str, lengths: object) -> list[int]:
     return host
 
 
-def positive_int(func: str, param: str, value: object) -> int:
+def positive_int(func: Func, param: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise type_error(func, param, "must be an int", typename(value))
     if value <= 0:
@@ -61,6 +62,7 @@ def _seeded(generator: torch.Generator | None) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+@public("data", namespace="ragged.data")
 class BucketBatchSampler(Sampler[list[int]]):
     """Batches of samples of similar length: little padding if a model pads, balanced cost.
 
@@ -101,11 +103,13 @@ class BucketBatchSampler(Sampler[list[int]]):
         drop_last: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
-        func = "ragged.data.BucketBatchSampler"
+        func = BucketBatchSampler
         self.lengths = host_lengths(func, lengths)
         self.batch_size = positive_int(func, "batch_size", batch_size)
         if (bucket_width is None) == (num_buckets is None):
-            raise TypeError(f"{func}: pass exactly one of `bucket_width` and `num_buckets`.")
+            raise TypeError(
+                f"{name_of(func)}: pass exactly one of `bucket_width` and `num_buckets`."
+            )
         n = len(self.lengths)
         lengths_t = torch.tensor(self.lengths, dtype=torch.int64)
         if bucket_width is not None:
@@ -140,6 +144,7 @@ class BucketBatchSampler(Sampler[list[int]]):
             yield batch.tolist()
 
 
+@public("data", namespace="ragged.data")
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batches whose total length (the packed cost) stays within ``max_tokens``.
 
@@ -180,7 +185,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         shuffle: bool = True,
         generator: torch.Generator | None = None,
     ) -> None:
-        func = "ragged.data.TokenBudgetBatchSampler"
+        func = TokenBudgetBatchSampler
         self.lengths = host_lengths(func, lengths)
         self.max_tokens = positive_int(func, "max_tokens", max_tokens)
         if max_padding_waste is not None:

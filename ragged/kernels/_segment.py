@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._dtypes import lowest
+
 _FAST_MIN_NUMEL = 1 << 18  # below this the composite path is faster (fixed overheads dominate)
 _CHUNK_BYTES = 16 << 20
 
@@ -163,18 +165,10 @@ def segment_amax(values: Tensor, segments: Segments, fill: float | int | bool) -
     )
 
 
-def _lowest(dtype: torch.dtype) -> float | int | bool:
-    if dtype == torch.bool:
-        return False
-    if dtype.is_floating_point:
-        return float("-inf")
-    return torch.iinfo(dtype).min
-
-
 class _SegmentAmax(torch.autograd.Function):
     @staticmethod
     def forward(values: Tensor, ids: Tensor, counts: Tensor, fill: float | int | bool) -> Tensor:
-        out = _fill_tensor(values, counts.shape[0], _lowest(values.dtype))
+        out = _fill_tensor(values, counts.shape[0], lowest(values.dtype))
         for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
             chunk = values[part]
             out.scatter_reduce_(0, _expand_ids(ids[part], chunk), chunk, "amax")

@@ -12,7 +12,7 @@ Two implementations with one semantics (the reference is
   partition object (cached, weakly) to plan the buckets. Under ``torch.compile`` on CPU the same
   kernel runs as an opaque custom op (``_attention_op.py``): one graph across batches with
   static shapes; it reads the lengths from memory when it runs.
-* on other devices under ``torch.compile``, with :data:`TILES_UNDER_COMPILE`, or with dropout
+* on other devices under ``torch.compile``, with ``TILES_UNDER_COMPILE``, or with dropout
   (``ragged/kernels/_attention_tiles.py``): block tiles of each segment, batched matmuls and segment
   softmax, with static sizes only. No host read: one graph across batches under
   ``torch.compile(dynamic=True)``.
@@ -30,10 +30,13 @@ import torch
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._broadcast import _shape_text
-from .._errors import type_error, typename, value_error
-from .._partition import RowPartition
+from .._axes import KEEP
+from .._errors import multi_level, type_error, typename, value_error
+from .._format import shape_text
+from .._partition import RowPartition, tensors_equal
+from .._registry import op
 from ..kernels import _attention_buckets as buckets
+from ..kernels import _attention_plan as planner
 from ..kernels._attention_op import bucketed_attention as bucketed_attention_op
 from ..kernels._attention_tiles import (
     COMPILE_BLOCK,
@@ -42,10 +45,6 @@ from ..kernels._attention_tiles import (
     tile_bound,
     tiled_attention,
 )
-
-__all__ = ["attention"]
-
-_FUNC = "ragged.attention"
 
 # Under torch.compile on CPU the eager bucket kernel runs as an opaque custom op (see
 # _attention_op.py: one graph, no unbacked sizes; it reads the lengths from memory when it runs).
@@ -58,6 +57,11 @@ BIAS_PARTITION = (
 )
 
 
+@op(
+    "attention",
+    rule=KEEP,
+    args="q: ragged, k: ragged, v: ragged, causal: bool?, scale: number?, bias: ragged?, dropout_p: number?",
+)
 def attention(
     q: RaggedArray,
     k: RaggedArray,
@@ -72,9 +76,11 @@ def attention(
 
     For every segment ``b`` this is ``F.scaled_dot_product_attention`` on the segment's rows
     transposed to ``(H, L, Dh)``: query row ``i`` of segment ``b`` attends over the keys of
-    segment ``b`` only::
+    segment ``b`` only:
 
-        out[b] = softmax(q[b] @ k[b]^T * scale + bias[b]) @ v[b]     # per head
+    ```text
+    out[b] = softmax(q[b] @ k[b]^T * scale + bias[b]) @ v[b]     # per head
+    ```
 
     Args:
         q: queries ``(B, Lq*, H, Dh)``.
@@ -126,10 +132,10 @@ def attention(
     if causal and not same:
         if not q.partition.equals(k.partition):
             raise value_error(
-                _FUNC,
+                attention,
                 "causal",
                 "needs self-attention: q and k with equal partitions",
-                f"q {_shape_text(q)} and k {_shape_text(k)}",
+                f"q {shape_text(q)} and k {shape_text(k)}",
             )
         same = True
     if scale is None:
@@ -137,13 +143,13 @@ def attention(
         # restart its analysis to turn the float into a tensor.
         scale = 1.0 / math.sqrt(int(q.values.shape[-1]))
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise type_error(_FUNC, "scale", "must be a float or None", typename(scale))
+        raise type_error(attention, "scale", "must be a float or None", typename(scale))
     if dropout_p is None:
         dropout_p = 0.0
     elif isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise type_error(_FUNC, "dropout_p", "must be a float or None", typename(dropout_p))
+        raise type_error(attention, "dropout_p", "must be a float or None", typename(dropout_p))
     elif not 0.0 <= dropout_p < 1.0:
-        raise value_error(_FUNC, "dropout_p", "must be in [0, 1)", dropout_p)
+        raise value_error(attention, "dropout_p", "must be in [0, 1)", dropout_p)
     bias_values = None if bias is None else _check_bias(bias, q, k)
     scale = float(scale)
     if torch.compiler.is_compiling():
@@ -164,7 +170,7 @@ def attention(
                 q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
             )
     else:
-        plan = buckets.plan(q_level, k_level, q.values.shape[1] * q.values.shape[2])
+        plan = planner.plan(q_level, k_level, q.values.shape[1] * q.values.shape[2])
         if dropout_p > 0.0:
             geometry = _host_geometry(q_level, k_level, plan)
             out = tiled_attention(
@@ -183,66 +189,66 @@ def attention(
 def _check_arrays(q: Any, k: Any, v: Any) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, RaggedArray):
-            raise type_error(_FUNC, name, "must be a RaggedArray", typename(x))
+            raise type_error(attention, name, "must be a RaggedArray", typename(x))
         if x.ragged_ndim != 1:
-            raise NotImplementedError(f"{_FUNC}: `{name}` with more than one ragged axis.")
+            raise multi_level(attention, name, x)
         if x.values.dim() != 3:
-            raise value_error(_FUNC, name, "must have shape (B, L*, H, Dh)", _shape_text(x))
+            raise value_error(attention, name, "must have shape (B, L*, H, Dh)", shape_text(x))
         if not x.dtype.is_floating_point:
-            raise type_error(_FUNC, name, "must have a floating-point dtype", x.dtype)
+            raise type_error(attention, name, "must have a floating-point dtype", x.dtype)
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype:
-            raise type_error(_FUNC, name, f"must have the dtype of `q` ({q.dtype})", x.dtype)
+            raise type_error(attention, name, f"must have the dtype of `q` ({q.dtype})", x.dtype)
         if x.device != q.device:
-            raise value_error(_FUNC, name, f"must be on the device of `q` ({q.device})", x.device)
+            raise value_error(
+                attention, name, f"must be on the device of `q` ({q.device})", x.device
+            )
     if k.num_segments != q.num_segments:
         raise value_error(
-            _FUNC, "k", f"must have the batch size of `q` ({q.num_segments})", k.num_segments
+            attention, "k", f"must have the batch size of `q` ({q.num_segments})", k.num_segments
         )
     if v.partition is not k.partition and not v.partition.equals(k.partition):
         raise value_error(
-            _FUNC,
+            attention,
             "v",
             "must have the partition of `k` (keys and values pair up row by row)",
-            f"k {_shape_text(k)} and v {_shape_text(v)}",
+            f"k {shape_text(k)} and v {shape_text(v)}",
         )
     heads, width = q.values.shape[1:]
     if k.values.shape[1:] != (heads, width):
         raise value_error(
-            _FUNC,
+            attention,
             "k",
             f"must have the heads and head width of `q` ({heads}, {width})",
             tuple(k.values.shape[1:]),
         )
     if v.values.shape[1] != heads:
-        raise value_error(_FUNC, "v", f"must have the heads of `q` ({heads})", v.values.shape[1])
+        raise value_error(
+            attention, "v", f"must have the heads of `q` ({heads})", v.values.shape[1]
+        )
 
 
 def _check_bias(bias: Any, q: RaggedArray, k: RaggedArray) -> Tensor:
     if not isinstance(bias, RaggedArray):
-        raise type_error(_FUNC, "bias", "must be a RaggedArray or None", typename(bias))
+        raise type_error(attention, "bias", "must be a RaggedArray or None", typename(bias))
     heads = q.values.shape[1]
     if bias.ragged_ndim != 2 or bias.values.dim() != 2 or bias.values.shape[1] != heads:
         expected = f"must have shape (B, Lq*, Lk*, H) with H = {heads}"
-        raise value_error(_FUNC, "bias", expected, _shape_text(bias))
+        raise value_error(attention, "bias", expected, shape_text(bias))
     if bias.dtype != q.dtype:
-        raise type_error(_FUNC, "bias", f"must have the dtype of `q` ({q.dtype})", bias.dtype)
+        raise type_error(attention, "bias", f"must have the dtype of `q` ({q.dtype})", bias.dtype)
     rows, columns = bias.partition.levels
     q_level, k_level = q.partition.levels[0], k.partition.levels[0]
     if rows is q_level and columns.columns is k_level:
         return bias.values
-    if not (_equal(rows.offsets, q_level.offsets) and _equal(columns.lengths, _widths(q, k))):
-        raise value_error(_FUNC, "bias", BIAS_PARTITION, _shape_text(bias))
+    if not (rows.equals(q_level) and tensors_equal(columns.lengths, _widths(q, k))):
+        raise value_error(attention, "bias", BIAS_PARTITION, shape_text(bias))
     return bias.values
 
 
 def _widths(q: RaggedArray, k: RaggedArray) -> Tensor:
     """``Lk_b`` for every query row: the row lengths of the pair map's second level."""
     return k.lengths.index_select(0, q.partition.levels[0].row_ids)
-
-
-def _equal(a: Tensor, b: Tensor) -> bool:
-    return a.shape == b.shape and bool(torch.equal(a, b))
 
 
 # --- geometry of the composite path -----------------------------------------------------------
@@ -289,9 +295,9 @@ def _static_geometry(q: RaggedArray, k: RaggedArray, bias: Tensor | None, same: 
     )
 
 
-def _host_geometry(q_level: RowPartition, k_level: RowPartition, plan: buckets.Plan) -> Geometry:
+def _host_geometry(q_level: RowPartition, k_level: RowPartition, plan: planner.Plan) -> Geometry:
     """The composite path's geometry with exact counts from the host lengths (eager mode)."""
-    s = buckets.COMPOSITE_BLOCK
+    s = planner.COMPOSITE_BLOCK
     lq, lk = plan.host_q, plan.host_k
     return Geometry(
         q_level.lengths,

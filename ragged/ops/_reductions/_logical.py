@@ -13,16 +13,16 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from .._array import RaggedArray
-from .._axes import normalize_axis
-from .._errors import type_error, value_error
-from ..kernels._segment import Segments, gather, segment_amax, segment_amin, segment_sum
-from ._grouping import group
-from ._reduce import Axis, _ragged_result, reduce
+from ..._array import RaggedArray
+from ..._axes import DENSE_RESULT, REDUCE, normalize_axis
+from ..._errors import Func, type_error, value_error
+from ..._registry import op
+from ...kernels._segment import Segments, gather, segment_amax, segment_amin, segment_sum
+from .._grouping import group
+from ._reduce import _ARGS, Axis, _ragged_result, reduce
 
-__all__ = ["all", "any", "argmax", "argmin", "count", "count_nonzero"]
 
-
+@op("reductions", rule=REDUCE, args=_ARGS)
 def any(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -33,7 +33,7 @@ def any(
     tensor([ True, False, False])
     """
     return reduce(
-        "ragged.any",
+        any,
         x,
         axis,
         keepdims,
@@ -44,6 +44,7 @@ def any(
     )
 
 
+@op("reductions", rule=REDUCE, args=_ARGS)
 def all(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -59,7 +60,7 @@ def all(
         return zeros == 0
 
     return reduce(
-        "ragged.all",
+        all,
         x,
         axis,
         keepdims,
@@ -77,6 +78,7 @@ def _dense_bool(op: Callable[..., Tensor], v: Tensor, dims: tuple[int, ...], kee
     return out
 
 
+@op("reductions", rule=REDUCE, args=_ARGS)
 def count_nonzero(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -87,7 +89,7 @@ def count_nonzero(
     tensor([2, 0, 0])
     """
     return reduce(
-        "ragged.count_nonzero",
+        count_nonzero,
         x,
         axis,
         keepdims,
@@ -98,6 +100,7 @@ def count_nonzero(
     )
 
 
+@op("reductions", rule=DENSE_RESULT, args="x: ragged")
 def count(x: RaggedArray) -> Tensor:
     """Number of rows of each segment: the lengths of the first ragged axis, int64 ``[B]``.
 
@@ -106,7 +109,7 @@ def count(x: RaggedArray) -> Tensor:
     tensor([2, 0, 1])
     """
     if not isinstance(x, RaggedArray):
-        raise type_error("ragged.count", "x", "must be a RaggedArray", type(x).__name__)
+        raise type_error(count, "x", "must be a RaggedArray", type(x).__name__)
     return x.lengths
 
 
@@ -114,7 +117,7 @@ def count(x: RaggedArray) -> Tensor:
 
 
 def _arg(
-    func: str,
+    func: Func,
     x: RaggedArray,
     axis: int | str | None,
     keepdims: bool,
@@ -154,6 +157,7 @@ def _arg(
     return _ragged_result(first, x, grouping.partition, [dim], (), keepdims)
 
 
+@op("reductions", rule=REDUCE, args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?")
 def argmax(
     x: RaggedArray, axis: int | str | None = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -165,9 +169,10 @@ def argmax(
     >>> ragged.argmax(ragged.array([[1.0, 5.0, 5.0], [], [3.0]]), axis=1)
     tensor([ 1, -1,  0])
     """
-    return _arg("ragged.argmax", x, axis, keepdims, fill_value, largest=True)
+    return _arg(argmax, x, axis, keepdims, fill_value, largest=True)
 
 
+@op("reductions", rule=REDUCE, args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?")
 def argmin(
     x: RaggedArray, axis: int | str | None = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -177,4 +182,4 @@ def argmin(
     >>> ragged.argmin(ragged.array([[4.0, 1.0, 1.0], [], [3.0]]), axis=1)
     tensor([ 1, -1,  0])
     """
-    return _arg("ragged.argmin", x, axis, keepdims, fill_value, largest=False)
+    return _arg(argmin, x, axis, keepdims, fill_value, largest=False)

@@ -8,8 +8,8 @@ all rows: each row gets a distinct random key (a random permutation), one sort b
 chosen when its rank is below the segment's quota. Nothing reads device memory, so the masks
 compile to one graph across batches.
 
-Axis rules: :func:`sample_mask` and :func:`sample_balanced` **keep all** (a boolean mask with
-the input's partition object); :func:`sample` builds a **new partition** (its output size
+Axis rules: [`sample_mask`][ragged.sample_mask] and [`sample_balanced`][ragged.sample_balanced] **keep all** (a boolean mask with
+the input's partition object); [`sample`][ragged.sample] builds a **new partition** (its output size
 depends on the data: the one documented host sync).
 
 Randomness: ``generator=`` takes a ``torch.Generator`` on the values' device; the same seed
@@ -25,21 +25,21 @@ import torch
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._errors import type_error, typename, value_error
+from .._axes import NEW, ROWS
+from .._errors import Func, multi_level, type_error, typename, value_error
 from .._partition import Partition, RowPartition
+from .._registry import op
 
-__all__ = ["sample", "sample_balanced", "sample_mask"]
 
-
-def _check_x(func: str, x: Any, param: str = "x") -> RaggedArray:
+def _check_x(func: Func, x: Any, param: str = "x") -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise type_error(func, param, "must be a RaggedArray", typename(x))
     if x.ragged_ndim > 1:
-        raise NotImplementedError(f"{func}: arrays with more than one ragged axis.")
+        raise multi_level(func, param, x)
     return x
 
 
-def _check_k(func: str, k: Any, x: RaggedArray) -> int | Tensor:
+def _check_k(func: Func, k: Any, x: RaggedArray) -> int | Tensor:
     """``k`` is a non-negative int or an integer tensor of shape ``(B,)`` (or 0-d)."""
     if isinstance(k, Tensor):
         if k.dtype.is_floating_point or k.dtype.is_complex or k.dtype == torch.bool:
@@ -85,6 +85,7 @@ def _random_ranks(groups: Tensor, starts: Tensor, generator: torch.Generator | N
     return position - starts.index_select(0, groups)
 
 
+@op("sampling", rule=ROWS, args="x: ragged, k: sizes, generator: generator?")
 def sample_mask(
     x: RaggedArray, k: int | Tensor, *, generator: torch.Generator | None = None
 ) -> RaggedArray:
@@ -108,7 +109,7 @@ def sample_mask(
     >>> ragged.sum(mask, axis=1)
     tensor([2, 0, 1, 2])
     """
-    func = "ragged.sample_mask"
+    func = sample_mask
     x = _check_x(func, x)
     k = _check_k(func, k, x)
     level = x.partition.levels[0]
@@ -117,6 +118,7 @@ def sample_mask(
     return RaggedArray(chosen, x.partition, x.axes[:2] if x.axes is not None else None)
 
 
+@op("sampling", rule=NEW, args="x: ragged, k: sizes, replace: bool?, generator: generator?")
 def sample(
     x: RaggedArray,
     k: int | Tensor,
@@ -126,7 +128,7 @@ def sample(
 ) -> RaggedArray:
     """The chosen rows of each segment: ``min(k, L_b)`` without replacement, or ``k`` with it.
 
-    Without replacement the rows are those of :func:`sample_mask`, in their original order
+    Without replacement the rows are those of [`sample_mask`][ragged.sample_mask], in their original order
     within the segment. With replacement each non-empty segment gets ``k`` rows drawn
     independently and uniformly (in draw order); empty segments stay empty.
 
@@ -154,7 +156,7 @@ def sample(
     >>> ragged.sample(x, 3, replace=True).lengths
     tensor([3, 0, 3, 3])
     """
-    func = "ragged.sample"
+    func = sample
     x = _check_x(func, x)
     k = _check_k(func, k, x)
     if not isinstance(replace, bool):
@@ -199,6 +201,11 @@ def _sample_with_replacement(
     return RaggedArray(x.values.index_select(0, index), Partition((out_level,)), x.axes)
 
 
+@op(
+    "sampling",
+    rule=NEW,
+    args="labels: ragged, k: sizes, positive_fraction: number?, generator: generator?",
+)
 def sample_balanced(
     labels: RaggedArray,
     k: int | Tensor,
@@ -231,7 +238,7 @@ def sample_balanced(
     >>> ragged.sum(ragged.where(mask, labels, 0) > 0, axis=1), ragged.sum(mask, axis=1)
     (tensor([2, 0, 0]), tensor([4, 2, 0]))
     """
-    func = "ragged.sample_balanced"
+    func = sample_balanced
     labels = _check_x(func, labels, "labels")
     values = labels.values
     if values.dtype.is_floating_point or values.dtype.is_complex:

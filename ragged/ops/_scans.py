@@ -62,50 +62,30 @@ import torch
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._axes import normalize_axis
-from .._errors import type_error, value_error
+from .._axes import KEEP, normalize_axis
+from .._errors import Func, type_error, value_error
 from .._partition import RowPartition
-from ..kernels._scan import (  # noqa: F401
-    BLOCK,
+from .._registry import op
+from ..kernels._scan import (
     LOGSUMEXP,
     MAX,
-    MAX_BLOCK,
     MIN,
     PROD,
     SUM,
-    Layout,
     Monoid,
-    _accumulating,
-    _block_prefix,
-    _blocks_of,
     _dense_scan,
-    _expand,
-    _highest,
-    _lowest,
-    _prefix_doubling,
-    _prefix_padded,
-    _previous_rows,
-    _records_to_index,
-    _SegmentCumsum,
-    _SegmentExtreme,
-    _shift,
-    _with_prefix,
-    block_size,
     cumsum_rows,
     layout,
-    scan_in_place,
     segmented_extreme,
     segmented_scan,
 )
 from ._grouping import group
 
-__all__ = ["cummax", "cummin", "cumprod", "cumsum", "logcumsumexp"]
-
 # --- public ops -------------------------------------------------------------------------------
 
 
 def _scan(
-    func: str,
+    func: Func,
     m: Monoid,
     x: RaggedArray,
     axis: int | str,
@@ -188,6 +168,13 @@ def _scan_level(
     return out
 
 
+@op(
+    "scans",
+    rule=KEEP,
+    args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
+    torch=(torch.cumsum, torch.Tensor.cumsum),
+    methods=("cumsum",),
+)
 def cumsum(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
 ) -> RaggedArray:
@@ -212,9 +199,16 @@ def cumsum(
     >>> ragged.cumsum(x, reverse=True, exclusive=True).to_list()
     [[5.0, 3.0, 0.0], [], [5.0, 0.0]]
     """
-    return _scan("ragged.cumsum", SUM, x, axis, reverse, exclusive)
+    return _scan(cumsum, SUM, x, axis, reverse, exclusive)
 
 
+@op(
+    "scans",
+    rule=KEEP,
+    args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
+    torch=(torch.cumprod, torch.Tensor.cumprod),
+    methods=("cumprod",),
+)
 def cumprod(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
 ) -> RaggedArray:
@@ -229,9 +223,10 @@ def cumprod(
     >>> ragged.cumprod(x, exclusive=True).to_list()
     [[1.0, 1.0, 2.0], [1.0, 4.0, 0.0]]
     """
-    return _scan("ragged.cumprod", PROD, x, axis, reverse, exclusive)
+    return _scan(cumprod, PROD, x, axis, reverse, exclusive)
 
 
+@op("scans", rule=KEEP, args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?")
 def cummax(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
 ) -> RaggedArray:
@@ -248,21 +243,29 @@ def cummax(
     >>> ragged.cummax(x, reverse=True).to_list()
     [[3.0, 3.0, 2.0], [], [5.0, 5.0]]
     """
-    return _scan("ragged.cummax", MAX, x, axis, reverse, exclusive, extreme=True)
+    return _scan(cummax, MAX, x, axis, reverse, exclusive, extreme=True)
 
 
+@op("scans", rule=KEEP, args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?")
 def cummin(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
 ) -> RaggedArray:
-    """Running minimum along ``axis`` (values only); see :func:`cummax`.
+    """Running minimum along ``axis`` (values only); see [`cummax`][ragged.cummax].
 
     >>> import ragged
     >>> ragged.cummin(ragged.array([[3.0, 1.0, 2.0], [4.0]])).to_list()
     [[3.0, 1.0, 1.0], [4.0]]
     """
-    return _scan("ragged.cummin", MIN, x, axis, reverse, exclusive, extreme=False)
+    return _scan(cummin, MIN, x, axis, reverse, exclusive, extreme=False)
 
 
+@op(
+    "scans",
+    rule=KEEP,
+    args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
+    torch=(torch.logcumsumexp, torch.Tensor.logcumsumexp),
+    methods=("logcumsumexp",),
+)
 def logcumsumexp(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
 ) -> RaggedArray:
@@ -273,4 +276,4 @@ def logcumsumexp(
     >>> ragged.logcumsumexp(x).to_list()  # doctest: +ELLIPSIS
     [[0.0, 0.693..., 1.098...], [1.0]]
     """
-    return _scan("ragged.logcumsumexp", LOGSUMEXP, x, axis, reverse, exclusive, float_only=True)
+    return _scan(logcumsumexp, LOGSUMEXP, x, axis, reverse, exclusive, float_only=True)

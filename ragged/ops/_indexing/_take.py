@@ -28,15 +28,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._array import RaggedArray
-from .._axes import normalize_axis
-from .._broadcast import same_partition
-from .._errors import type_error, typename, value_error
-from .._indexing import _stats
-from .._partition import Partition, RowPartition
-from ..kernels._segment import Segments, segment_sum
-
-__all__ = ["filter", "first", "last", "pad", "take", "truncate"]
+from ..._array import RaggedArray
+from ..._axes import DENSE_RESULT, NEW, TAKE, normalize_axis
+from ..._broadcast import same_partition
+from ..._errors import Func, multi_level, name_of, type_error, typename, value_error
+from ..._partition import Partition, RowPartition, length_stats
+from ..._registry import op
+from ...kernels._segment import Segments, segment_sum
+from ._slicing import slice_segments
 
 _MODES = ("fill", "clip", "wrap", "raise")
 
@@ -44,14 +43,14 @@ _MODES = ("fill", "clip", "wrap", "raise")
 # --- shared helpers ---------------------------------------------------------------------------
 
 
-def _check_array(func: str, x: Any, param: str = "x") -> None:
+def _check_array(func: Func, x: Any, param: str = "x") -> None:
     if not isinstance(x, RaggedArray):
         raise type_error(func, param, "must be a RaggedArray", type(x).__name__)
 
 
-def _one_level(func: str, x: RaggedArray) -> None:
+def _one_level(func: Func, x: RaggedArray) -> None:
     if x.ragged_ndim != 1:
-        raise NotImplementedError(f"{func}: along the ragged axes of multi-level arrays.")
+        raise multi_level(func, "x", x, "along a ragged axis")
 
 
 def default_fill(dtype: torch.dtype) -> float | int | bool:
@@ -67,7 +66,7 @@ def default_fill(dtype: torch.dtype) -> float | int | bool:
     return 0
 
 
-def fill_tensor(func: str, like: Tensor, fill_value: Any, param: str = "fill_value") -> Tensor:
+def fill_tensor(func: Func, like: Tensor, fill_value: Any, param: str = "fill_value") -> Tensor:
     """``fill_value`` (or the dtype's default) as a 0-d tensor of ``like``'s dtype and device."""
     value = default_fill(like.dtype) if fill_value is None else fill_value
     if isinstance(value, Tensor) and value.dim() == 0:
@@ -115,7 +114,7 @@ def gather_rows(values: Tensor, rows: Tensor, valid: Tensor | None, fill: Tensor
     return picked.reshape(*rows.shape, *inner)
 
 
-def _check_mode(func: str, mode: Any) -> str:
+def _check_mode(func: Func, mode: Any) -> str:
     if not isinstance(mode, str) or mode not in _MODES:
         raise value_error(
             func, "mode", "must be one of 'fill', 'clip', 'wrap', 'raise'", repr(mode)
@@ -123,18 +122,18 @@ def _check_mode(func: str, mode: Any) -> str:
     return mode
 
 
-def _check_int_tensor(func: str, param: str, t: Tensor) -> None:
+def _check_int_tensor(func: Func, param: str, t: Tensor) -> None:
     if t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex:
         raise type_error(func, param, "must have an integer dtype", t.dtype)
 
 
-def _check_device(func: str, t: Tensor, x: RaggedArray) -> None:
+def _check_device(func: Func, t: Tensor, x: RaggedArray) -> None:
     if t.device != x.device:
         raise value_error(func, "indices", f"must be on the device of x ({x.device})", t.device)
 
 
 def resolve(
-    func: str, index: Tensor, size: Tensor | int, mode: str
+    func: Func, index: Tensor, size: Tensor | int, mode: str
 ) -> tuple[Tensor, Tensor | None]:
     """Positions of ``index`` within an axis of ``size`` (per element), and which are in range.
 
@@ -157,7 +156,7 @@ def resolve(
     valid = (position >= 0) & (position < size)
     if mode == "raise":
         if not bool(valid.all()):  # one host sync, by request
-            raise IndexError(f"{func}: index out of range (mode='raise').")
+            raise IndexError(f"{name_of(func)}: index out of range (mode='raise').")
         return position, None
     return position, valid
 
@@ -169,6 +168,11 @@ def _none_valid(index: Tensor) -> Tensor:
 # --- take -------------------------------------------------------------------------------------
 
 
+@op(
+    "indexing",
+    rule=TAKE,
+    args="x: ragged, indices: index, axis: axis?, mode: str?, fill_value: number?",
+)
 def take(
     x: RaggedArray,
     indices: RaggedArray | Tensor,
@@ -217,7 +221,7 @@ def take(
             [0., 0.],
             [4., 4.]])
     """
-    func = "ragged.take"
+    func = take
     _check_array(func, x)
     mode = _check_mode(func, mode)
     dim = normalize_axis(func, x, axis)
@@ -263,7 +267,7 @@ def take(
 
 
 def _take_inner(
-    func: str, x: RaggedArray, indices: Any, vdim: int, mode: str, fill: Tensor
+    func: Func, x: RaggedArray, indices: Any, vdim: int, mode: str, fill: Tensor
 ) -> RaggedArray:
     """``take`` along dim ``vdim`` of ``x.values`` (an inner axis): the partition is kept."""
     if not isinstance(indices, Tensor):
@@ -303,6 +307,7 @@ def _take_inner(
 # --- filter -----------------------------------------------------------------------------------
 
 
+@op("indexing", rule=NEW, args="x: ragged, mask: ragged")
 def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     """The rows of each segment where ``mask`` is True, in order (``x_b[mask_b]``).
 
@@ -318,7 +323,7 @@ def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     >>> ragged.filter(x, x > 1.5).to_list()
     [[2.0, 3.0], [], [4.0, 5.0]]
     """
-    func = "ragged.filter"
+    func = filter
     _check_array(func, x)
     _check_array(func, mask, "mask")
     if mask.dtype != torch.bool:
@@ -333,7 +338,7 @@ def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     keep = mask.values
     segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
     counts = segment_sum(keep.to(torch.int64), segments)
-    total, longest, squares = _stats(counts)  # the one host sync
+    total, longest, squares = length_stats(counts)  # the one host sync
     if total == x.values.shape[0]:
         return RaggedArray(x.values, x.partition, x.axes)
     rows = keep.shape[0]
@@ -349,7 +354,7 @@ def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
 # --- pad, truncate ----------------------------------------------------------------------------
 
 
-def _pad_widths(func: str, pad: Any) -> tuple[int, int]:
+def _pad_widths(func: Func, pad: Any) -> tuple[int, int]:
     widths = (pad, pad) if isinstance(pad, int) and not isinstance(pad, bool) else pad
     if (
         not isinstance(widths, (tuple, list))
@@ -362,6 +367,7 @@ def _pad_widths(func: str, pad: Any) -> tuple[int, int]:
     return widths[0], widths[1]
 
 
+@op("indexing", rule=NEW, args="x: ragged, pad: sizes, value: number?")
 def pad(x: RaggedArray, pad: int | tuple[int, int], value: Any = 0) -> RaggedArray:
     """Pad every segment along the ragged axis with ``pad = (before, after)`` rows of ``value``.
 
@@ -379,7 +385,7 @@ def pad(x: RaggedArray, pad: int | tuple[int, int], value: Any = 0) -> RaggedArr
     >>> ragged.pad(x, (1, 0), value=-1).to_list()
     [[-1, 1, 2], [-1], [-1, 3]]
     """
-    func = "ragged.pad"
+    func = _PAD  # the op (its `pad` argument shadows its name here)
     _check_array(func, x)
     before, after = _pad_widths(func, pad)
     fill = fill_tensor(func, x.values, value, "value")
@@ -407,6 +413,10 @@ def pad(x: RaggedArray, pad: int | tuple[int, int], value: Any = 0) -> RaggedArr
     return RaggedArray(out, Partition((new,)), x.axes)
 
 
+_PAD = pad
+
+
+@op("indexing", rule=NEW, args="x: ragged, max_len: int")
 def truncate(x: RaggedArray, max_len: int) -> RaggedArray:
     """Keep the first ``max_len`` rows of every segment (lengths ``min(L_b, max_len)``).
 
@@ -421,22 +431,20 @@ def truncate(x: RaggedArray, max_len: int) -> RaggedArray:
     >>> ragged.truncate(x, 3) is x
     True
     """
-    func = "ragged.truncate"
+    func = truncate
     _check_array(func, x)
     if not isinstance(max_len, int) or isinstance(max_len, bool):
         raise type_error(func, "max_len", "must be an int", type(max_len).__name__)
     if max_len < 0:
         raise value_error(func, "max_len", "must be non-negative", max_len)
     _one_level(func, x)
-    from ._slicing import slice_segments
-
-    return slice_segments(x, None, max_len, 1)
+    return slice_segments(func, x, None, max_len, 1)
 
 
 # --- first, last ------------------------------------------------------------------------------
 
 
-def _end(func: str, x: RaggedArray, fill_value: Any, last: bool) -> Tensor:
+def _end(func: Func, x: RaggedArray, fill_value: Any, last: bool) -> Tensor:
     _check_array(func, x)
     _one_level(func, x)
     level = x.partition.levels[0]
@@ -444,19 +452,21 @@ def _end(func: str, x: RaggedArray, fill_value: Any, last: bool) -> Tensor:
     return gather_rows(x.values, rows, level.lengths > 0, fill_tensor(func, x.values, fill_value))
 
 
+@op("indexing", rule=DENSE_RESULT, args="x: ragged, fill_value: number?")
 def first(x: RaggedArray, *, fill_value: Any = None) -> Tensor:
     """The first row of every segment, dense ``(B, *inner)``; sync-free.
 
     Empty segments give ``fill_value`` (default NaN for floating dtypes, 0 for integers, False
-    for bool: the ``"fill"`` rule of :func:`take`, so this equals ``x[:, 0]``). Differentiable.
+    for bool: the ``"fill"`` rule of [`take`][ragged.take], so this equals ``x[:, 0]``). Differentiable.
 
     >>> import ragged
     >>> ragged.first(ragged.array([[1.0, 2.0], [], [3.0]]))
     tensor([1., nan, 3.])
     """
-    return _end("ragged.first", x, fill_value, last=False)
+    return _end(first, x, fill_value, last=False)
 
 
+@op("indexing", rule=DENSE_RESULT, args="x: ragged, fill_value: number?")
 def last(x: RaggedArray, *, fill_value: Any = None) -> Tensor:
     """The last row of every segment, dense ``(B, *inner)``; sync-free (equals ``x[:, -1]``).
 
@@ -464,4 +474,4 @@ def last(x: RaggedArray, *, fill_value: Any = None) -> Tensor:
     >>> ragged.last(ragged.array([[1, 2], [], [3]]), fill_value=-1)
     tensor([ 2, -1,  3])
     """
-    return _end("ragged.last", x, fill_value, last=True)
+    return _end(last, x, fill_value, last=True)

@@ -11,9 +11,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._array import RaggedArray
-from .._errors import type_error
-from ..kernels._segment import (
+from ..._array import RaggedArray
+from ..._axes import REDUCE
+from ..._errors import type_error
+from ..._registry import op
+from ...kernels._segment import (
     Segments,
     gather,
     segment_amax,
@@ -21,11 +23,16 @@ from ..kernels._segment import (
     segment_logsumexp,
     segment_sum,
 )
-from ._reduce import Axis, _float_only, reduce
-
-__all__ = ["logsumexp", "norm", "std", "var"]
+from ._reduce import _ARGS, Axis, _float_only, reduce
 
 
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.logsumexp, torch.Tensor.logsumexp),
+    methods=("logsumexp",),
+)
 def logsumexp(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -35,7 +42,7 @@ def logsumexp(
     >>> ragged.logsumexp(ragged.array([[0.0, 0.0], [], [1.0]]), axis=1)
     tensor([0.6931,   -inf, 1.0000])
     """
-    func = "ragged.logsumexp"
+    func = logsumexp
     _float_only(func, x)
 
     return reduce(
@@ -50,6 +57,11 @@ def logsumexp(
     )
 
 
+@op(
+    "reductions",
+    rule=REDUCE,
+    args="x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?",
+)
 def var(
     x: RaggedArray,
     axis: Axis = None,
@@ -69,7 +81,7 @@ def var(
     >>> ragged.var(ragged.array([[1.0, 3.0], [], [2.0]]), axis=1, correction=0)
     tensor([1., nan, 0.])
     """
-    func = "ragged.var"
+    func = var
     _float_only(func, x)
     return reduce(
         func,
@@ -101,6 +113,11 @@ def _dense_var(v: Tensor, dims: tuple[int, ...], keep: bool, correction: int | f
     return squares / dof if dof > 0 else torch.full_like(squares, torch.nan)
 
 
+@op(
+    "reductions",
+    rule=REDUCE,
+    args="x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?",
+)
 def std(
     x: RaggedArray,
     axis: Axis = None,
@@ -118,7 +135,7 @@ def std(
     >>> ragged.std(ragged.array([[1.0, 3.0], [2.0]]), axis=1, correction=0)
     tensor([1., 0.])
     """
-    func = "ragged.std"
+    func = std
     _float_only(func, x)
     return reduce(
         func,
@@ -139,6 +156,11 @@ def _safe_root(total: Tensor, p: float) -> Tensor:
     return torch.where(torch.isnan(total), total, root)
 
 
+@op(
+    "reductions",
+    rule=REDUCE,
+    args="x: ragged, ord: number?, axis: axes?, keepdims: bool?, fill_value: number?",
+)
 def norm(
     x: RaggedArray,
     ord: float = 2,
@@ -156,7 +178,7 @@ def norm(
     >>> ragged.norm(x, axis=1), ragged.norm(x, 1, axis=1), ragged.norm(x, float("inf"), axis=1)
     (tensor([5., 0., 1.]), tensor([7., 0., 1.]), tensor([4., 0., 1.]))
     """
-    func = "ragged.norm"
+    func = norm
     _float_only(func, x)
     if not isinstance(ord, (int, float)) or isinstance(ord, bool):
         raise type_error(func, "ord", "must be a number", type(ord).__name__)

@@ -5,7 +5,7 @@ axis, the ragged axis and the inner axes; ``...`` stands for as many full slices
 ``None`` adds a size-1 axis among the inner axes; ``x[:, None]`` alone (then only full slices)
 adds one between the batch and ragged axes, ``(B, 1, L*, ...)``, the form that broadcasts
 against ``(B, N*, 1, ...)`` into a pair map. The batch entry is handled by
-``ragged._indexing`` (``x[i]``, ``x[i:j]``, ``x[tensor]``); then the inner entries, then the
+``_batch`` (``x[i]``, ``x[i:j]``, ``x[tensor]``); then the inner entries, then the
 ragged one. Each part follows its own rule:
 
 * **Inner axes** (``x[:, :, 0]``, ``x[..., 1:3]``, ``x[..., None]``, ``x[:, :, idx]``): torch
@@ -19,7 +19,7 @@ ragged one. Each part follows its own rule:
   maximum length, unless the result provably keeps every row (``x[:, :k]`` with a known maximum
   length ``<= k``: ``x`` itself) or reverses every segment (``x[:, ::-1]``: the same partition).
 * **Ragged axis, an int or a 0-D tensor** (``x[:, i]``): the ``i``-th row of each segment as a
-  dense ``(B, *inner)`` tensor; segments too short give the fill value of :func:`ragged.take`
+  dense ``(B, *inner)`` tensor; segments too short give the fill value of [`ragged.take`][ragged.take]
   (NaN for floating dtypes, 0 for integers, False for bool), sync-free.
 * **Ragged axis, an integer tensor** ``(K, ...)``: the same positions in every segment, dense
   ``(B, K, ..., *inner)`` (``ragged.take`` in fill mode); **a RaggedArray of integers**: segment
@@ -52,15 +52,53 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _indexing
-from .._array import RaggedArray
-from .._indexing import _stats
-from .._partition import Partition, RowPartition
+from ..._array import RaggedArray
+from ..._axes import INDEX
+from ..._errors import multi_level, name_of, type_error
+from ..._partition import Partition, RowPartition
+from ..._registry import op
+from . import _batch
+from ._slicing import slice_segments
+from ._take import filter, take
 
-_FUNC = "RaggedArray.__getitem__"
+
+@op(
+    "indexing",
+    rule=INDEX,
+    args="x: ragged, index: any",
+    name="__getitem__",
+    namespace="RaggedArray",
+)
+def getitem(x: RaggedArray, index: Any) -> Any:
+    """``x[index]``: the batch axis, or a tuple over every axis (see the module docstring).
+
+    >>> import ragged, torch
+    >>> x = ragged.from_lengths(torch.arange(6.0), [3, 0, 2, 1])
+    >>> x[2], x[1:3].to_list(), x[:, :2].to_list()
+    (tensor([3., 4.]), [[], [3.0, 4.0]], [[0.0, 1.0], [], [3.0, 4.0], [5.0]])
+    """
+    if isinstance(index, RaggedArray):  # per-segment positions or flags: x[:, index]
+        index = (slice(None), index)
+    if isinstance(index, tuple):
+        if len(index) == 1:
+            return getitem(x, index[0])
+        return _getitem_tuple(x, index)
+    if isinstance(index, bool):
+        raise type_error(getitem, "index", "must be an int, slice or tensor", "bool")
+    if isinstance(index, int):
+        return _batch.segment(getitem, x, index)
+    if isinstance(index, slice):
+        return _batch.select_slice(getitem, x, index)
+    if isinstance(index, (list, range)):
+        index = torch.as_tensor(list(index), dtype=torch.int64, device=x.device)
+    if isinstance(index, Tensor):
+        return _batch.select(getitem, x, index)
+    raise type_error(
+        getitem, "index", "must be an int, slice, int/bool tensor or tuple", type(index).__name__
+    )
 
 
-def getitem_tuple(x: RaggedArray, index: tuple[Any, ...]) -> Any:
+def _getitem_tuple(x: RaggedArray, index: tuple[Any, ...]) -> Any:
     """``x[index]`` for a tuple ``index`` (see the module docstring)."""
     if _is_unit_axis(x, index):
         return _unit_axis(x, index)
@@ -72,26 +110,28 @@ def getitem_tuple(x: RaggedArray, index: tuple[Any, ...]) -> Any:
         if len(lead) < 1 + nr:
             if item is None:
                 raise IndexError(
-                    f"{_FUNC}: a new axis (None) can only be added after the ragged axis (or as "
+                    f"{name_of(getitem)}: a new axis (None) can only be added after the ragged axis (or as "
                     f"x[:, None] alone, before it), got "
                     f"{index!r}."
                 )
             if _consumed(item) != 1:
                 raise IndexError(
-                    f"{_FUNC}: a boolean mask cannot span the batch or ragged axes, got {index!r}."
+                    f"{name_of(getitem)}: a boolean mask cannot span the batch or ragged axes, got {index!r}."
                 )
             lead.append(item)
         else:
             inner.append(item)
     batch, ragged = lead[0], lead[1:]
     if isinstance(batch, int) or (isinstance(batch, Tensor) and batch.dim() == 0):
-        picked = _indexing.segment(x, operator.index(batch))  # dense (or one fewer ragged axis)
+        picked = _batch.segment(
+            getitem, x, operator.index(batch)
+        )  # dense (or one fewer ragged axis)
         if isinstance(picked, RaggedArray):
             return picked[tuple(items[1:])]
         picked, rest = _negative_steps(picked, items[1:], first=0)
         return picked[tuple(rest)]
     if not _is_full(batch):
-        x = _indexing.getitem(x, batch)
+        x = getitem(x, batch)
     x = _index_inner(x, inner, index)
     return _index_ragged(x, ragged, inner, index)
 
@@ -124,7 +164,7 @@ def _item(x: RaggedArray, item: Any) -> Any:
     if item is None or item is Ellipsis or isinstance(item, (slice, RaggedArray)):
         return item
     if isinstance(item, bool):
-        raise TypeError(f"{_FUNC}: `index` entries cannot be bools, got {item!r}.")
+        raise TypeError(f"{name_of(getitem)}: `index` entries cannot be bools, got {item!r}.")
     if isinstance(item, int):
         return item
     if isinstance(item, (list, range)):
@@ -134,13 +174,15 @@ def _item(x: RaggedArray, item: Any) -> Any:
     if isinstance(item, Tensor):
         if item.dtype.is_floating_point or item.dtype.is_complex:
             raise TypeError(
-                f"{_FUNC}: tensor indices must be integer or boolean, got {item.dtype}."
+                f"{name_of(getitem)}: tensor indices must be integer or boolean, got {item.dtype}."
             )
         if item.dtype == torch.bool and item.dim() == 0:
-            raise TypeError(f"{_FUNC}: a boolean index must have at least 1 dim, got a 0-d one.")
+            raise TypeError(
+                f"{name_of(getitem)}: a boolean index must have at least 1 dim, got a 0-d one."
+            )
         return item
     raise TypeError(
-        f"{_FUNC}: `index` entries must be ints, slices, None, ..., tensors or RaggedArrays, "
+        f"{name_of(getitem)}: `index` entries must be ints, slices, None, ..., tensors or RaggedArrays, "
         f"got {type(item).__name__}."
     )
 
@@ -158,11 +200,13 @@ def _expand(x: RaggedArray, items: list[Any], index: tuple[Any, ...]) -> list[An
     """Replace ``...`` by full slices (or append them) so that every axis has an entry."""
     ellipses = [k for k, item in enumerate(items) if item is Ellipsis]
     if len(ellipses) > 1:
-        raise IndexError(f"{_FUNC}: an index can have only one ellipsis (...), got {index!r}.")
+        raise IndexError(
+            f"{name_of(getitem)}: an index can have only one ellipsis (...), got {index!r}."
+        )
     used = sum(_consumed(item) for item in items)
     if used > x.ndim:
         raise IndexError(
-            f"{_FUNC}: too many indices for an array of {x.ndim} axes: {used} were indexed."
+            f"{name_of(getitem)}: too many indices for an array of {x.ndim} axes: {used} were indexed."
         )
     full = [slice(None)] * (x.ndim - used)
     if ellipses:
@@ -188,11 +232,13 @@ def _index_inner(x: RaggedArray, items: list[Any], index: tuple[Any, ...]) -> Ra
     if all(_is_full(item) for item in items):
         return x
     if any(isinstance(item, RaggedArray) for item in items):
-        raise IndexError(f"{_FUNC}: a RaggedArray can only index the ragged axis, not inner axes.")
+        raise IndexError(
+            f"{name_of(getitem)}: a RaggedArray can only index the ragged axis, not inner axes."
+        )
     tensors = [k for k, item in enumerate(items) if isinstance(item, Tensor)]
     if tensors and tensors != list(range(tensors[0], tensors[-1] + 1)):
         raise IndexError(
-            f"{_FUNC}: tensor indices on inner axes must be adjacent (torch would move their "
+            f"{name_of(getitem)}: tensor indices on inner axes must be adjacent (torch would move their "
             f"axes before the rows), got {index!r}."
         )
     values, items = _negative_steps(x.values, items, first=1)
@@ -246,7 +292,7 @@ def _inner_names(x: RaggedArray, items: list[Any], index: tuple[Any, ...]) -> An
 
 def _unnamed(x: RaggedArray, index: tuple[Any, ...]) -> ValueError:
     return ValueError(
-        f"{_FUNC}: `index` would add unnamed axes to the named array {x.axes}; drop the names "
+        f"{name_of(getitem)}: `index` would add unnamed axes to the named array {x.axes}; drop the names "
         f"first (x.rename(None)[...]) or name the result with x.with_values(v, axes=...), "
         f"got {index!r}."
     )
@@ -256,112 +302,28 @@ def _unnamed(x: RaggedArray, index: tuple[Any, ...]) -> ValueError:
 
 
 def _index_ragged(x: RaggedArray, ragged: list[Any], inner: list[Any], index: Any) -> Any:
-    from . import _index
-
     if all(_is_full(item) for item in ragged):
         return x
     if x.ragged_ndim != 1:
-        raise NotImplementedError(f"{_FUNC}: indexing the ragged axes of multi-level arrays.")
+        raise multi_level(getitem, "x", x, "indexing a ragged axis")
     (item,) = ragged
     if isinstance(item, slice):
-        return slice_segments(x, item.start, item.stop, item.step)
+        return slice_segments(getitem, x, item.start, item.stop, item.step)
     if any(isinstance(i, Tensor) for i in inner) and isinstance(item, (Tensor, RaggedArray)):
         raise IndexError(
-            f"{_FUNC}: a tensor index on the ragged axis cannot be combined with tensor indices "
+            f"{name_of(getitem)}: a tensor index on the ragged axis cannot be combined with tensor indices "
             f"on inner axes, got {index!r}."
         )
     num = x.num_segments
     if isinstance(item, int):
-        return _index.take(x, torch.full((num,), item, dtype=torch.int64, device=x.device))
+        return take(x, torch.full((num,), item, dtype=torch.int64, device=x.device))
     if isinstance(item, RaggedArray):
         if item.dtype == torch.bool:
-            return _index.filter(x, item)
-        return _index.take(x, item)
+            return filter(x, item)
+        return take(x, item)
     if item.dtype == torch.bool:
         raise TypeError(
-            f"{_FUNC}: a boolean mask of the ragged axis must be a RaggedArray (one flag per "
+            f"{name_of(getitem)}: a boolean mask of the ragged axis must be a RaggedArray (one flag per "
             f"row of each segment), got a dense tensor of shape {tuple(item.shape)}."
         )
-    return _index.take(x, item.expand(num, *item.shape))
-
-
-def _slice_int(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise TypeError(f"{_FUNC}: slice bounds must be ints or None, got {value!r}.")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"{_FUNC}: slice bounds must be ints or None, got {type(value).__name__}."
-        ) from None
-
-
-def slice_segments(x: RaggedArray, start: Any, stop: Any, step: Any) -> RaggedArray:
-    """``segment[start:stop:step]`` for every segment (Python slice semantics per segment).
-
-    Reads the new total and maximum length once (one host sync), except where the result keeps
-    every row (``x`` itself) or only reverses the segments (the same partition, sync-free).
-    """
-    start, stop, step = _slice_int(start), _slice_int(stop), _slice_int(step)
-    step = 1 if step is None else step
-    if step == 0:
-        raise ValueError(f"{_FUNC}: slice step cannot be zero.")
-    level = x.partition.levels[0]
-    known = level.max_length
-    if _keeps_all(start, stop, step, known):
-        return x
-    low, count = _bounds(level.lengths, start, stop, step)
-    if _reverses_all(start, stop, step, known):
-        new, partition = level, x.partition
-    else:
-        total, longest, squares = _stats(count)  # the one host sync
-        new = RowPartition.from_lengths(count, total, longest, squares)
-        partition = Partition((new,))
-    rows = new.row_ids
-    source = level.offsets[rows] + low[rows] + new.positions() * step
-    return RaggedArray(x.values.index_select(0, source), partition, x.axes)
-
-
-def _keeps_all(start: int | None, stop: int | None, step: int, known: int | None) -> bool:
-    """Whether ``[start:stop:step]`` keeps every row of every segment, known without data."""
-    if known == 0:
-        return True
-    if step != 1:
-        return False
-    from_first = (
-        start is None or start == 0 or (known is not None and start < 0 and -start >= known)
-    )
-    to_last = stop is None or (known is not None and stop >= known)
-    return from_first and to_last
-
-
-def _reverses_all(start: int | None, stop: int | None, step: int, known: int | None) -> bool:
-    """Whether ``[start:stop:step]`` reverses every segment whole (lengths unchanged)."""
-    if step != -1:
-        return False
-    from_last = start is None or start == -1 or (known is not None and start >= known - 1)
-    to_first = stop is None or (known is not None and stop < -known)
-    return from_last and to_first
-
-
-def _bounds(
-    lengths: Tensor, start: int | None, stop: int | None, step: int
-) -> tuple[Tensor, Tensor]:
-    """Per-segment first position and row count of ``[start:stop:step]`` (``slice.indices``)."""
-
-    def clip(bound: int, lowest: int, top: Tensor) -> Tensor:
-        # negative bounds count from the end and stop at `lowest`; others stop at `top`
-        return (lengths + bound).clamp_min(lowest) if bound < 0 else top.clamp_max(bound)
-
-    if step > 0:
-        low = torch.zeros_like(lengths) if start is None else clip(start, 0, lengths)
-        high = lengths if stop is None else clip(stop, 0, lengths)
-        count = torch.div(high - low + (step - 1), step, rounding_mode="floor")
-    else:
-        top = lengths - 1
-        low = top if start is None else clip(start, -1, top)
-        high = torch.full_like(lengths, -1) if stop is None else clip(stop, -1, top)
-        count = torch.div(low - high + (-step - 1), -step, rounding_mode="floor")
-    return low, count.clamp_min(0)
+    return take(x, item.expand(num, *item.shape))

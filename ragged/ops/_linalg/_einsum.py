@@ -1,5 +1,9 @@
 """``ragged.einsum``: einsum with a batch and a ragged letter per ragged operand (see its
-docstring for the rules and the segment-aligned tiling)."""
+docstring for the rules and the segment-aligned tiling).
+
+An equation is parsed once per kind of operands into a cached recipe (``_einsum_parse``), then
+bound to the operands' shapes and partitions (``_bind``), which plans the values-level einsum.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._array import RaggedArray
-from .._broadcast import same_partition
-from .._errors import type_error, typename, value_error
-from ..kernels._segment import Segments, segment_sum
-from ._linalg import _one_level
-
-__all__ = ["einsum"]
+from ..._array import RaggedArray
+from ..._axes import SUBSCRIPTS, subscripts
+from ..._broadcast import same_partition
+from ..._errors import Func, type_error, typename, value_error
+from ..._registry import op
+from ...kernels._segment import Segments, segment_sum
+from ._einsum_parse import ELLIPSIS, Recipe, axis_of, parse
+from ._matmul import _one_level
 
 # einsum tiles (see _Tiles) when a per-segment dense operand or a per-row product is bigger than
 # the ragged rows; tile sizes are powers of two in [_MIN_TILE, _MAX_TILE] (_COMPILE_TILE when
@@ -26,50 +31,7 @@ _MAX_TILE = 1024
 _COMPILE_TILE = 32
 
 
-# --- einsum -----------------------------------------------------------------------------------
-
-_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_ELLIPSIS = "..."
-
-
-def _tokens(func: str, term: str, what: str, equation: str) -> list[str]:
-    """Split a subscript term into letters and at most one ``...``."""
-    out: list[str] = []
-    i = 0
-    while i < len(term):
-        if term.startswith(_ELLIPSIS, i):
-            out.append(_ELLIPSIS)
-            i += 3
-        elif term[i] in _LETTERS:
-            out.append(term[i])
-            i += 1
-        else:
-            raise value_error(
-                func,
-                "equation",
-                f"{what} has the subscript {term[i]!r}; subscripts are letters and at most one "
-                f"'...'",
-                repr(equation),
-            )
-    if out.count(_ELLIPSIS) > 1:
-        raise value_error(func, "equation", f"{what} has more than one '...'", repr(equation))
-    return out
-
-
-def _axis_of(tokens: list[str], pos: int, ndim: int) -> int:
-    """The axis of an operand that its subscript at ``pos`` names (``...`` may come before)."""
-    if _ELLIPSIS in tokens and pos > tokens.index(_ELLIPSIS):
-        return ndim - (len(tokens) - pos)
-    return pos
-
-
-def _ellipsis_shape(tokens: list[str], shape: Sequence[int]) -> tuple[int, ...]:
-    if _ELLIPSIS not in tokens:
-        return ()
-    at = tokens.index(_ELLIPSIS)
-    return tuple(shape[at : len(shape) - (len(tokens) - at - 1)])
-
-
+@op("linalg", rule=SUBSCRIPTS, args="equation: str, *operands: operand", torch=(torch.einsum,))
 def einsum(equation: str, *operands: Any) -> Any:
     """``torch.einsum`` where RaggedArray operands bring a batch and a ragged axis.
 
@@ -119,13 +81,23 @@ def einsum(equation: str, *operands: Any) -> Any:
     >>> ragged.einsum("bld,bd->bl", x, torch.tensor([[1.0, 0.0], [0.0, 1.0]])).to_list()
     [[1.0], [4.0, 6.0]]
     """
-    func = "ragged.einsum"
+    func = einsum
     if not isinstance(equation, str):
         raise type_error(func, "equation", "must be a str", typename(equation))
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
-    plan = _plan(func, equation, operands)
-    return plan.run(operands)
+    return _plan(func, equation, operands).run(operands)
+
+
+def _plan(func: Func, equation: str, operands: Sequence[Any]) -> _Plan:
+    """Parse ``equation`` (a cached recipe per kind of operands), then bind it to ``operands``."""
+    for i, operand in enumerate(operands):
+        if not isinstance(operand, (RaggedArray, Tensor)):
+            raise type_error(
+                func, f"operands[{i}]", "must be a RaggedArray or a Tensor", typename(operand)
+            )
+    recipe = parse(func, equation, tuple(isinstance(o, RaggedArray) for o in operands))
+    return _bind(func, recipe, operands)
 
 
 class _Tiles:
@@ -220,16 +192,16 @@ class _Plan:
         level = x.partition.levels[0]
         num, total = level.num_rows, level.num_children
         dense = {
-            i: op.squeeze(self.squeezes[i]) if i in self.squeezes else op
-            for i, op in enumerate(operands)
-            if not isinstance(op, RaggedArray)
+            i: operand.squeeze(self.squeezes[i]) if i in self.squeezes else operand
+            for i, operand in enumerate(operands)
+            if not isinstance(operand, RaggedArray)
         }
         if self.tiles_equation is not None and total > 0:
             return self._run_tiled(self.tiles_equation, operands, dense, _tiles(level))
         args = []
-        for i, op in enumerate(operands):
-            if isinstance(op, RaggedArray):
-                args.append(op.values)
+        for i, operand in enumerate(operands):
+            if isinstance(operand, RaggedArray):
+                args.append(operand.values)
             elif i in self.gathers:
                 args.append(dense[i].index_select(self.gathers[i], level.row_ids))
             else:
@@ -247,11 +219,11 @@ class _Plan:
     ) -> Any:
         num = operands[self.ragged_pos[0]].num_segments
         args = []
-        for i, op in enumerate(operands):
-            if isinstance(op, RaggedArray):
+        for i, operand in enumerate(operands):
+            if isinstance(operand, RaggedArray):
                 # Zero padding rows: their products vanish from sums, and (masked_fill's backward
                 # zeroing them) no gradient reaches the row the padding was gathered from.
-                args.append(tiles.gather_rows(op.values))
+                args.append(tiles.gather_rows(operand.values))
             elif i in self.gathers:
                 args.append(tiles.gather_segments(dense[i], self.gathers[i]))
             else:
@@ -268,120 +240,41 @@ class _Plan:
         return per_segment.movedim(0, self.out_batch_axis)
 
 
-def _plan(func: str, equation: str, operands: Sequence[Any]) -> _Plan:
-    eq = equation.replace(" ", "")
-    if eq.count("->") != 1:
-        raise value_error(
-            func, "equation", "must give the output explicitly after one '->'", repr(equation)
-        )
-    lhs, rhs = eq.split("->")
-    terms = lhs.split(",")
-    if len(terms) != len(operands):
-        raise value_error(
-            func,
-            "equation",
-            f"must have one subscript term per operand ({len(operands)} operands)",
-            repr(equation),
-        )
-    for i, op in enumerate(operands):
-        if not isinstance(op, (RaggedArray, Tensor)):
-            raise type_error(
-                func, f"operands[{i}]", "must be a RaggedArray or a Tensor", typename(op)
-            )
-    ragged_pos = [i for i, op in enumerate(operands) if isinstance(op, RaggedArray)]
-    if not ragged_pos:
-        raise type_error(
-            func,
-            "operands",
-            "must include a RaggedArray (use torch.einsum otherwise)",
-            "only Tensors",
-        )
-    tokens = [_tokens(func, t, f"operand {i}", equation) for i, t in enumerate(terms)]
-    out_tokens = _tokens(func, rhs, "the output", equation)
-
-    first = ragged_pos[0]
+def _bind(func: Func, recipe: Recipe, operands: Sequence[Any]) -> _Plan:
+    """Check the operands against a parsed equation and plan the values-level computation."""
+    tokens, terms, bat = recipe.tokens, recipe.terms, recipe.bat
+    first = recipe.ragged_pos[0]
     x: RaggedArray = operands[first]
     _one_level(func, x)
-    head = tokens[first][:2]
-    if len(head) < 2 or _ELLIPSIS in head:
-        raise value_error(
-            func,
-            "equation",
-            f"operand {first} is a RaggedArray: its first two subscripts must be letters for its "
-            f"batch and ragged axes, got {terms[first]!r} in",
-            repr(equation),
-        )
-    bat, rag = head
-    if bat == rag:
-        raise value_error(
-            func,
-            "equation",
-            f"operand {first} uses {bat!r} for both its batch and ragged axes",
-            repr(equation),
-        )
-    for i in ragged_pos:
-        op = operands[i]
-        if tokens[i][:2] != [bat, rag]:
-            raise value_error(
-                func,
-                "equation",
-                f"operand {i} is a RaggedArray: its first two subscripts must be the batch and "
-                f"ragged subscripts {bat + rag!r} of operand {first}, got {terms[i]!r} in",
-                repr(equation),
-            )
-        for c, role in ((bat, "batch"), (rag, "ragged")):
-            if c in tokens[i][2:]:
-                raise value_error(
-                    func,
-                    "equation",
-                    f"operand {i} uses its {role} subscript {c!r} again on an inner axis",
-                    repr(equation),
-                )
-        if i != first:
-            _one_level(func, op)
-            same_partition(func, x, op)
-
+    for i in recipe.ragged_pos[1:]:
+        _one_level(func, operands[i])
+        same_partition(func, x, operands[i])
     sizes: dict[str, tuple[int, int]] = {}
     ellipses: list[tuple[int, ...]] = []
     gathers: dict[int, int] = {}
     squeezes: dict[int, int] = {}
     gathered_numel = 0  # per row, of the dense operands gathered by segment
     num = x.num_segments
-    for i, op in enumerate(operands):
+    for i, operand in enumerate(operands):
         toks = tokens[i]
-        is_ragged = isinstance(op, RaggedArray)
-        shape = (num, -1, *op.values.shape[1:]) if is_ragged else tuple(op.shape)
+        is_ragged = isinstance(operand, RaggedArray)
+        shape = (num, -1, *operand.values.shape[1:]) if is_ragged else tuple(operand.shape)
         ndim = len(shape)
-        letters = sum(t != _ELLIPSIS for t in toks)
-        if letters > ndim or (_ELLIPSIS not in toks and letters != ndim):
+        letters = sum(t != ELLIPSIS for t in toks)
+        if letters > ndim or (ELLIPSIS not in toks and letters != ndim):
             raise value_error(
                 func,
                 "equation",
                 f"operand {i} has {ndim} axes but its subscripts {terms[i]!r} name {letters}",
-                repr(equation),
+                repr(recipe.equation),
             )
         ellipses.append(_ellipsis_shape(toks, shape))
-        if not is_ragged and rag in toks:
-            raise value_error(
-                func,
-                "equation",
-                f"operand {i} is a dense tensor and uses the ragged subscript {rag!r} (a dense "
-                f"operand cannot span a ragged axis; make it a RaggedArray with the same partition)",
-                repr(equation),
-            )
         for pos, c in enumerate(toks):
-            if c == _ELLIPSIS or (is_ragged and pos == 1):
+            if c == ELLIPSIS or (is_ragged and pos == 1):
                 continue
-            axis = _axis_of(toks, pos, ndim)
+            axis = axis_of(toks, pos, ndim)
             size = shape[axis]
             if not is_ragged and c == bat:
-                if toks.count(bat) > 1:
-                    raise value_error(
-                        func,
-                        "equation",
-                        f"operand {i} uses the batch subscript {bat!r} twice",
-                        repr(equation),
-                    )
                 if size == 1 and num != 1:
                     squeezes[i] = axis
                     continue
@@ -394,28 +287,11 @@ def _plan(func: str, equation: str, operands: Sequence[Any]) -> _Plan:
                     "equation",
                     f"subscript {c!r} has size {seen[0]} in operand {seen[1]} and {size} in "
                     f"operand {i}",
-                    repr(equation),
+                    repr(recipe.equation),
                 )
             if seen is None or seen[0] == 1:
                 sizes[c] = (size, i)
-
-    used = {c for toks in tokens for c in toks}
-    for c in out_tokens:
-        if c != _ELLIPSIS and c not in used:
-            raise value_error(
-                func, "equation", f"output subscript {c!r} appears in no operand", repr(equation)
-            )
-    if len(set(out_tokens)) != len(out_tokens):
-        raise value_error(func, "equation", "output repeats a subscript", repr(equation))
-    if _ELLIPSIS in out_tokens and all(_ELLIPSIS not in t for t in tokens):
-        raise value_error(func, "equation", "output has '...' but no operand has", repr(equation))
-
-    free = [c for c in _LETTERS if c not in used]
-    if len(free) < 2:
-        raise value_error(
-            func, "equation", "uses too many letters (two are needed for rows)", repr(equation)
-        )
-    row, slot = free[:2]  # rows; in tiles: `row` numbers the tiles, `slot` the rows of one
+    row, slot = recipe.row, recipe.slot
 
     def rewrite(i: int, lead: str) -> str:
         toks = tokens[i]
@@ -425,73 +301,46 @@ def _plan(func: str, equation: str, operands: Sequence[Any]) -> _Plan:
             return "".join(t for t in toks if t != bat)
         return "".join(row if t == bat else t for t in toks)
 
-    keep_l, keep_b = rag in out_tokens, bat in out_tokens
-    out_batch_axis = 0
-    names = None
-    if keep_l:
-        if out_tokens[:2] != [bat, rag]:
-            raise value_error(
-                func,
-                "equation",
-                f"output keeps the ragged subscript {rag!r}, so it must start with the batch and "
-                f"ragged subscripts {bat + rag!r}",
-                repr(equation),
-            )
-        mode, rest = "keep", out_tokens[2:]
-        names = _einsum_names(operands, ragged_pos, tokens, out_tokens)
-    elif keep_b:
-        mode = "segment"
-        rest = [t for t in out_tokens if t != bat]
-        at = out_tokens.index(bat)
-        out_batch_axis = at
-        if _ELLIPSIS in out_tokens[:at]:
-            span = len(torch.broadcast_shapes(*ellipses))
-            out_batch_axis = at - 1 + span
-    else:
-        mode, rest = "all", out_tokens
+    mode, rest, out_tokens = recipe.mode, recipe.rest, recipe.out_tokens
+    out_batch_axis, names = 0, None
+    if mode == "keep":
+        names = subscripts(
+            [(terms[i], operands[i].axes) for i in recipe.ragged_pos], "".join(out_tokens)
+        )
+    elif mode == "segment":
+        out_batch_axis = out_tokens.index(bat)
+        if ELLIPSIS in out_tokens[:out_batch_axis]:
+            out_batch_axis += len(torch.broadcast_shapes(*ellipses)) - 1
     tail = "".join(rest)
     rows_eq = ",".join(rewrite(i, row) for i in range(len(operands)))
     rows_eq += "->" + (tail if mode == "all" else row + tail)
     # Tile when a per-segment operand, or a per-row product to be summed per segment, is bigger
     # than the ragged rows themselves (a per-row einsum would then be a per-row matrix product).
-    ragged_numel = sum(math.prod(operands[i].values.shape[1:]) for i in ragged_pos)
+    ragged_numel = sum(math.prod(operands[i].values.shape[1:]) for i in recipe.ragged_pos)
     tiles_eq = None
     blowup = mode == "segment" and _row_numel(rest, sizes, ellipses) > ragged_numel
     if gathered_numel > ragged_numel or blowup:
         tiles_eq = ",".join(rewrite(i, row + slot) for i in range(len(operands)))
         tiles_eq += "->" + (row + slot if mode == "keep" else row) + tail
-    return _Plan(rows_eq, tiles_eq, mode, ragged_pos, gathers, squeezes, out_batch_axis, names)
+    return _Plan(
+        rows_eq, tiles_eq, mode, list(recipe.ragged_pos), gathers, squeezes, out_batch_axis, names
+    )
+
+
+def _ellipsis_shape(tokens: Sequence[str], shape: Sequence[int]) -> tuple[int, ...]:
+    if ELLIPSIS not in tokens:
+        return ()
+    at = tokens.index(ELLIPSIS)
+    return tuple(shape[at : len(shape) - (len(tokens) - at - 1)])
 
 
 def _row_numel(
-    rest: list[str], sizes: dict[str, tuple[int, int]], ellipses: list[tuple[int, ...]]
+    rest: Sequence[str], sizes: dict[str, tuple[int, int]], ellipses: list[tuple[int, ...]]
 ) -> int:
     count = 1
     for c in rest:
-        if c == _ELLIPSIS:
+        if c == ELLIPSIS:
             count *= math.prod(torch.broadcast_shapes(*ellipses))
         else:
             count *= sizes[c][0]
     return count
-
-
-def _einsum_names(
-    operands: Sequence[Any],
-    ragged_pos: list[int],
-    tokens: list[list[str]],
-    out_tokens: list[str],
-) -> tuple[str, ...] | None:
-    if _ELLIPSIS in out_tokens:
-        return None
-    by_letter: dict[str, str] = {}
-    for i in ragged_pos:
-        axes = operands[i].axes
-        if axes is None:
-            continue
-        for pos, c in enumerate(tokens[i]):
-            if c != _ELLIPSIS:
-                by_letter.setdefault(c, axes[_axis_of(tokens[i], pos, len(axes))])
-    names = tuple(by_letter.get(c, "") for c in out_tokens)
-    if "" in names or len(set(names)) != len(names):
-        return None
-    return names

@@ -17,22 +17,21 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._axes import normalize_axis
-from .._errors import type_error, value_error
+from .._axes import KEEP, normalize_axis
+from .._errors import Func, type_error, value_error
+from .._registry import op
 from ..kernels._segment import gather, segment_softmax, segment_sum
 from ._grouping import group
 
-__all__ = ["layer_norm", "log_softmax", "normalize", "rms_norm", "softmax"]
 
-
-def _check_float(func: str, x: Any) -> None:
+def _check_float(func: Func, x: Any) -> None:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
     if not (x.dtype.is_floating_point or x.dtype.is_complex):
         raise type_error(func, "x", "must have a floating-point dtype", x.dtype)
 
 
-def _axis(func: str, x: RaggedArray, axis: Any) -> int:
+def _axis(func: Func, x: RaggedArray, axis: Any) -> int:
     """The axis as a non-negative int; the batch axis is an error."""
     dim = normalize_axis(func, x, axis)
     if dim == 0:
@@ -45,7 +44,7 @@ def _axis(func: str, x: RaggedArray, axis: Any) -> int:
 # --- softmax ----------------------------------------------------------------------------------
 
 
-def _softmax(func: str, x: RaggedArray, axis: int | str, log: bool) -> RaggedArray:
+def _softmax(func: Func, x: RaggedArray, axis: int | str, log: bool) -> RaggedArray:
     _check_float(func, x)
     dim = _axis(func, x, axis)
     if dim > x.ragged_ndim:
@@ -56,6 +55,13 @@ def _softmax(func: str, x: RaggedArray, axis: int | str, log: bool) -> RaggedArr
     return RaggedArray(values, x.partition, x.axes)
 
 
+@op(
+    "normalization",
+    rule=KEEP,
+    args="x: ragged, axis: axis",
+    torch=(torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax),
+    methods=("softmax",),
+)
 def softmax(x: RaggedArray, axis: int | str) -> RaggedArray:
     """Softmax along ``axis``: over each segment's rows for the ragged axis.
 
@@ -71,23 +77,30 @@ def softmax(x: RaggedArray, axis: int | str) -> RaggedArray:
     >>> ragged.softmax(x, axis=1).to_list()
     [[0.5, 0.5], [], [1.0]]
     """
-    return _softmax("ragged.softmax", x, axis, log=False)
+    return _softmax(softmax, x, axis, log=False)
 
 
+@op(
+    "normalization",
+    rule=KEEP,
+    args="x: ragged, axis: axis",
+    torch=(torch.log_softmax, torch.nn.functional.log_softmax, torch.Tensor.log_softmax),
+    methods=("log_softmax",),
+)
 def log_softmax(x: RaggedArray, axis: int | str) -> RaggedArray:
-    """Log-softmax along ``axis``; see :func:`softmax`.
+    """Log-softmax along ``axis``; see [`softmax`][ragged.softmax].
 
     >>> import ragged
     >>> ragged.log_softmax(ragged.array([[0.0, 0.0], [5.0]]), axis=1).to_list()  # doctest: +ELLIPSIS
     [[-0.693..., -0.693...], [0.0]]
     """
-    return _softmax("ragged.log_softmax", x, axis, log=True)
+    return _softmax(log_softmax, x, axis, log=True)
 
 
 # --- layer norm, RMS norm ---------------------------------------------------------------------
 
 
-def _normalized_shape(func: str, x: RaggedArray, shape: Any) -> tuple[int, ...]:
+def _normalized_shape(func: Func, x: RaggedArray, shape: Any) -> tuple[int, ...]:
     items = (shape,) if isinstance(shape, int) else shape
     if (
         isinstance(shape, bool)
@@ -105,7 +118,7 @@ def _normalized_shape(func: str, x: RaggedArray, shape: Any) -> tuple[int, ...]:
     return dims
 
 
-def _check_affine(func: str, name: str, t: Any, dims: tuple[int, ...]) -> None:
+def _check_affine(func: Func, name: str, t: Any, dims: tuple[int, ...]) -> None:
     if t is None:
         return
     if not isinstance(t, Tensor):
@@ -114,6 +127,12 @@ def _check_affine(func: str, name: str, t: Any, dims: tuple[int, ...]) -> None:
         raise value_error(func, name, f"must have shape {dims} (normalized_shape)", tuple(t.shape))
 
 
+@op(
+    "normalization",
+    rule=KEEP,
+    args="x: ragged, normalized_shape: sizes, weight: tensor?, bias: tensor?, eps: number?",
+    torch=(torch.nn.functional.layer_norm,),
+)
 def layer_norm(
     x: RaggedArray,
     normalized_shape: int | Sequence[int],
@@ -128,7 +147,8 @@ def layer_norm(
     Args:
         x: a floating-point array ``(B, L*, *inner)``.
         normalized_shape: the trailing inner axes to normalise over (a suffix of ``inner``).
-        weight, bias: optional affine parameters of shape ``normalized_shape``.
+        weight: optional scale of shape ``normalized_shape``.
+        bias: optional shift of shape ``normalized_shape``.
         eps: added to the variance (default ``1e-5``, as torch).
 
     >>> import ragged, torch
@@ -136,7 +156,7 @@ def layer_norm(
     >>> ragged.layer_norm(x, 2).to_list()  # doctest: +ELLIPSIS
     [[[-0.99..., 0.99...]], [[0.0, 0.0], [-0.99..., 0.99...]]]
     """
-    func = "ragged.layer_norm"
+    func = layer_norm
     _check_float(func, x)
     dims = _normalized_shape(func, x, normalized_shape)
     _check_affine(func, "weight", weight, dims)
@@ -146,6 +166,12 @@ def layer_norm(
     return x.with_values(F.layer_norm(x.values, dims, weight, bias, 1e-5 if eps is None else eps))
 
 
+@op(
+    "normalization",
+    rule=KEEP,
+    args="x: ragged, normalized_shape: sizes, weight: tensor?, eps: number?",
+    torch=(torch.nn.functional.rms_norm,),
+)
 def rms_norm(
     x: RaggedArray,
     normalized_shape: int | Sequence[int],
@@ -165,7 +191,7 @@ def rms_norm(
     >>> ragged.rms_norm(x, (2,)).to_list()  # doctest: +ELLIPSIS
     [[[0.848..., 1.131...], [1.0, 1.0]], []]
     """
-    func = "ragged.rms_norm"
+    func = rms_norm
     _check_float(func, x)
     dims = _normalized_shape(func, x, normalized_shape)
     _check_affine(func, "weight", weight, dims)
@@ -175,6 +201,7 @@ def rms_norm(
 # --- per-segment standardisation --------------------------------------------------------------
 
 
+@op("normalization", rule=KEEP, args="x: ragged, axis: axis?, correction: number?, eps: number?")
 def normalize(
     x: RaggedArray,
     axis: int | str = 1,
@@ -202,7 +229,7 @@ def normalize(
     >>> ragged.normalize(x).to_list()  # doctest: +ELLIPSIS
     [[-0.99..., 0.99...], [], [0.0]]
     """
-    func = "ragged.normalize"
+    func = normalize
     eps = 1e-5 if eps is None else eps
     _check_float(func, x)
     if isinstance(correction, bool) or not isinstance(correction, (int, float)):

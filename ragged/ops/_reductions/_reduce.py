@@ -23,21 +23,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .._array import RaggedArray
-from .._axes import normalize_axis
-from .._errors import type_error, value_error
-from .._partition import Partition, RowPartition
-from ..kernels._segment import Segments, segment_amax, segment_amin, segment_prod, segment_sum
-from ._grouping import group
-
-__all__ = ["amax", "amin", "max", "mean", "min", "prod", "sum"]
+from ..._array import RaggedArray
+from ..._axes import REDUCE, normalize_axis
+from ..._dtypes import highest, lowest
+from ..._errors import Func, type_error, value_error
+from ..._partition import Partition, RowPartition
+from ..._registry import op
+from ...kernels._segment import Segments, segment_amax, segment_amin, segment_prod, segment_sum
+from .._grouping import group
 
 Axis = int | str | Sequence[int | str] | None
 SegmentFn = Callable[[Tensor, Segments], Tensor]
 DenseFn = Callable[[Tensor, tuple[int, ...], bool], Tensor]
+_ARGS = "x: ragged, axis: axes?, keepdims: bool?, fill_value: number?"
 
 
-def _normalize_axes(func: str, x: RaggedArray, axis: Axis) -> tuple[int, ...]:
+def _normalize_axes(func: Func, x: RaggedArray, axis: Axis) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(x.ndim))
     if type(axis) is int and 0 <= axis < x.ndim:  # the common case, without the general checks
@@ -67,7 +68,7 @@ def _fill_empty(out: Tensor, counts: Tensor, fill: Any) -> Tensor:
 
 
 def reduce(
-    func: str,
+    func: Func,
     x: RaggedArray,
     axis: Axis,
     keepdims: bool,
@@ -171,7 +172,7 @@ def _ragged_result(
     return RaggedArray(out, partition, names)
 
 
-def _float_only(func: str, x: RaggedArray) -> None:
+def _float_only(func: Func, x: RaggedArray) -> None:
     if not (x.dtype.is_floating_point or x.dtype.is_complex):
         raise type_error(func, "x", "must have a floating-point dtype", x.dtype)
 
@@ -186,6 +187,7 @@ def _promoted(values: Tensor) -> Tensor:
     return values
 
 
+@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.sum, torch.Tensor.sum), methods=("sum",))
 def sum(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -216,7 +218,7 @@ def sum(
             segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
             return segment_sum(_promoted(x.values), segments)
     return reduce(
-        "ragged.sum",
+        sum,
         x,
         axis,
         keepdims,
@@ -227,6 +229,7 @@ def sum(
     )
 
 
+@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.mean, torch.Tensor.mean), methods=("mean",))
 def mean(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -236,8 +239,7 @@ def mean(
     >>> ragged.mean(ragged.array([[1.0, 2.0], [], [3.0]]), axis=1)
     tensor([1.5000,    nan, 3.0000])
     """
-    func = "ragged.mean"
-    _float_only(func, x)
+    _float_only(mean, x)
 
     def segment_fn(v: Tensor, s: Segments) -> Tensor:
         # An empty segment gives 0 / 0 = NaN, the documented default. Its (infinite) local
@@ -245,7 +247,7 @@ def mean(
         return segment_sum(v, s) / s.counts.view(-1, *[1] * (v.dim() - 1))
 
     return reduce(
-        func,
+        mean,
         x,
         axis,
         keepdims,
@@ -256,6 +258,7 @@ def mean(
     )
 
 
+@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.prod, torch.Tensor.prod), methods=("prod",))
 def prod(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -273,7 +276,7 @@ def prod(
         return v
 
     return reduce(
-        "ragged.prod",
+        prod,
         x,
         axis,
         keepdims,
@@ -287,28 +290,12 @@ def prod(
 # --- max, min ---------------------------------------------------------------------------------
 
 
-def _highest(dtype: torch.dtype) -> Any:
-    if dtype == torch.bool:
-        return True
-    if dtype.is_floating_point:
-        return float("inf")
-    return torch.iinfo(dtype).max
-
-
-def _lowest(dtype: torch.dtype) -> Any:
-    if dtype == torch.bool:
-        return False
-    if dtype.is_floating_point:
-        return float("-inf")
-    return torch.iinfo(dtype).min
-
-
 def _extreme(
-    func: str, x: RaggedArray, axis: Axis, keepdims: bool, fill_value: Any, largest: bool
+    func: Func, x: RaggedArray, axis: Axis, keepdims: bool, fill_value: Any, largest: bool
 ) -> Any:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
-    empty = _lowest(x.dtype) if largest else _highest(x.dtype)
+    empty = lowest(x.dtype) if largest else highest(x.dtype)
     kernel = segment_amax if largest else segment_amin
     dense = torch.amax if largest else torch.amin
     return reduce(
@@ -323,6 +310,7 @@ def _extreme(
     )
 
 
+@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.amax, torch.Tensor.amax), methods=("amax",))
 def amax(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -334,9 +322,10 @@ def amax(
     >>> ragged.amax(ragged.array([[1.0, 5.0], [], [3.0]]), axis=1)
     tensor([5., -inf, 3.])
     """
-    return _extreme("ragged.amax", x, axis, keepdims, fill_value, largest=True)
+    return _extreme(amax, x, axis, keepdims, fill_value, largest=True)
 
 
+@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.amin, torch.Tensor.amin), methods=("amin",))
 def amin(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -346,28 +335,30 @@ def amin(
     >>> ragged.amin(ragged.array([[1.0, 5.0], [], [3.0]]), axis=1)
     tensor([1., inf, 3.])
     """
-    return _extreme("ragged.amin", x, axis, keepdims, fill_value, largest=False)
+    return _extreme(amin, x, axis, keepdims, fill_value, largest=False)
 
 
+@op("reductions", rule=REDUCE, args=_ARGS)
 def max(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
-    """Maximum over ``axis``: the same as :func:`amax` (values only, as ``jnp.max``).
+    """Maximum over ``axis``: the same as [`amax`][ragged.amax] (values only, as ``jnp.max``).
 
     >>> import ragged
     >>> ragged.max(ragged.array([[1, 5], [3]]), axis=1)
     tensor([5, 3])
     """
-    return _extreme("ragged.max", x, axis, keepdims, fill_value, largest=True)
+    return _extreme(max, x, axis, keepdims, fill_value, largest=True)
 
 
+@op("reductions", rule=REDUCE, args=_ARGS)
 def min(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
-    """Minimum over ``axis``: the same as :func:`amin`.
+    """Minimum over ``axis``: the same as [`amin`][ragged.amin].
 
     >>> import ragged
     >>> ragged.min(ragged.array([[1, 5], [3]]), axis=1)
     tensor([1, 3])
     """
-    return _extreme("ragged.min", x, axis, keepdims, fill_value, largest=False)
+    return _extreme(min, x, axis, keepdims, fill_value, largest=False)

@@ -19,35 +19,35 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._array import RaggedArray
-from .._broadcast import _shape_text
-from .._errors import type_error, typename, value_error
-from ._pairs import RaggedTranspose, pair_dot
-
-__all__ = ["linear", "matmul"]
+from ..._array import RaggedArray
+from ..._axes import CONTRACT, remove
+from ..._errors import Func, multi_level, name_of, type_error, typename, value_error
+from ..._format import shape_text
+from ..._registry import op
+from .._pairs import RaggedTranspose, pair_dot
 
 RAGGED_RIGHT = (
-    "ragged.matmul: both operands are RaggedArrays; for the per-segment pair map x @ y^T write "
+    "both operands are RaggedArrays; for the per-segment pair map x @ y^T write "
     "x @ y.mT (ragged.pair_dot), and for a contraction over each segment "
     "ragged.einsum('bld,ble->bde', x, y)."
 )
 
 
-def _one_level(func: str, x: RaggedArray) -> None:
+def _one_level(func: Func, x: RaggedArray) -> None:
     if x.ragged_ndim > 1:
-        raise NotImplementedError(f"{func}: arrays with more than one ragged axis.")
-
-
-def _drop_axis(names: tuple[str, ...] | None, axis: int) -> tuple[str, ...] | None:
-    if names is None:
-        return None
-    axis %= len(names)
-    return names[:axis] + names[axis + 1 :]
+        raise multi_level(func, "x", x)
 
 
 # --- matmul -----------------------------------------------------------------------------------
 
 
+@op(
+    "linalg",
+    rule=CONTRACT,
+    args="a: operand, b: operand",
+    torch=(torch.matmul, torch.Tensor.matmul),
+    methods=("matmul",),
+)
 def matmul(a: Any, b: Any) -> RaggedArray:
     """Matrix product on the inner axes, ``torch.matmul(segment, b)`` for every segment.
 
@@ -67,7 +67,7 @@ def matmul(a: Any, b: Any) -> RaggedArray:
     would line up with an inner axis. Use ``ragged.einsum("bld,bde->ble", x, w)``.
 
     ``x @ y.mT`` for two RaggedArrays is the per-segment pair map ``x_b @ y_b^T``
-    (:func:`ragged.pair_dot`): ``(B, N*, D)`` and ``(B, M*, D)`` give ``(B, N*, M*)``.
+    ([`ragged.pair_dot`][ragged.pair_dot]): ``(B, N*, D)`` and ``(B, M*, D)`` give ``(B, N*, M*)``.
 
     Axis names: kept (the last inner axis keeps its name); an axis contracted by a 1-D ``w``
     loses its name. Differentiable in both operands.
@@ -86,12 +86,12 @@ def matmul(a: Any, b: Any) -> RaggedArray:
     >>> ragged.matmul(x, torch.tensor([1.0, -1.0])).to_list()
     [[-1.0], [-1.0, -1.0]]
     """
-    func = "ragged.matmul"
+    func = matmul
     if isinstance(b, RaggedTranspose) and isinstance(a, RaggedArray):
         return pair_dot(a, b.array)
     a_ragged, b_ragged = isinstance(a, RaggedArray), isinstance(b, RaggedArray)
     if a_ragged and b_ragged:
-        raise NotImplementedError(RAGGED_RIGHT)
+        raise NotImplementedError(f"{name_of(func)}: {RAGGED_RIGHT}")
     if a_ragged:
         _check_dense(func, "b", b, a)
         return _matmul_right(func, a, b)
@@ -99,11 +99,11 @@ def matmul(a: Any, b: Any) -> RaggedArray:
         _check_dense(func, "a", a, b)
         return _matmul_left(func, a, b)
     raise TypeError(
-        f"{func}: one operand must be a RaggedArray, got {type(a).__name__} and {type(b).__name__}."
+        f"{name_of(func)}: one operand must be a RaggedArray, got {type(a).__name__} and {type(b).__name__}."
     )
 
 
-def _check_dense(func: str, param: str, w: Any, x: RaggedArray) -> None:
+def _check_dense(func: Func, param: str, w: Any, x: RaggedArray) -> None:
     if not isinstance(w, Tensor):
         raise type_error(func, param, "must be a Tensor (the other operand is ragged)", typename(w))
     if w.dim() == 0:
@@ -115,7 +115,7 @@ def _check_dense(func: str, param: str, w: Any, x: RaggedArray) -> None:
     _one_level(func, x)
 
 
-def _check_batch(func: str, param: str, w: Tensor, x: RaggedArray) -> None:
+def _check_batch(func: Func, param: str, w: Tensor, x: RaggedArray) -> None:
     """``w``'s batch axes (all but its last two) must fit in ``x``'s inner batch axes."""
     room = max(x.values.dim() - 3, 0)  # inner axes before the two matrix axes
     extra = w.dim() - 2
@@ -125,17 +125,15 @@ def _check_batch(func: str, param: str, w: Tensor, x: RaggedArray) -> None:
         func,
         param,
         f"must have at most {room} batch axes (they broadcast against the inner axes of "
-        f"{_shape_text(x)} before its last two and may not reach the ragged axis); for one "
+        f"{shape_text(x)} before its last two and may not reach the ragged axis); for one "
         f"weight per segment use ragged.einsum('bld,bde->ble', x, w)",
         f"shape {tuple(w.shape)}",
     )
 
 
-def _matmul_right(func: str, x: RaggedArray, w: Tensor) -> RaggedArray:
+def _matmul_right(func: Func, x: RaggedArray, w: Tensor) -> RaggedArray:
     if x.values.dim() < 2:
-        raise value_error(
-            func, "a", "must have at least one inner axis to contract", _shape_text(x)
-        )
+        raise value_error(func, "a", "must have at least one inner axis to contract", shape_text(x))
     size = x.values.shape[-1]
     axis = 0 if w.dim() == 1 else w.dim() - 2
     if w.shape[axis] != size:
@@ -143,17 +141,17 @@ def _matmul_right(func: str, x: RaggedArray, w: Tensor) -> RaggedArray:
             func,
             "b",
             f"must have size {size} on axis {axis} to contract the last inner axis of "
-            f"{_shape_text(x)}",
+            f"{shape_text(x)}",
             f"shape {tuple(w.shape)}",
         )
     if w.dim() > 2:
         _check_batch(func, "b", w, x)
     out = torch.matmul(x.values, w)
-    names = _drop_axis(x.axes, -1) if w.dim() == 1 else x.axes
+    names = remove(x.axes, [x.ndim - 1]) if w.dim() == 1 else x.axes
     return RaggedArray(out, x.partition, names if _fits(names, x, out) else None)
 
 
-def _matmul_left(func: str, w: Tensor, x: RaggedArray) -> RaggedArray:
+def _matmul_left(func: Func, w: Tensor, x: RaggedArray) -> RaggedArray:
     if x.values.dim() < 3:
         raise value_error(
             func,
@@ -161,7 +159,7 @@ def _matmul_left(func: str, w: Tensor, x: RaggedArray) -> RaggedArray:
             "must have at least two inner axes when `a` is dense (a @ segment contracts the "
             "segment's second-to-last axis, which would be the ragged axis); for a row-wise "
             "product write ragged.matmul(b, a.mT)",
-            _shape_text(x),
+            shape_text(x),
         )
     size = x.values.shape[-2]
     if w.shape[-1] != size:
@@ -169,13 +167,13 @@ def _matmul_left(func: str, w: Tensor, x: RaggedArray) -> RaggedArray:
             func,
             "a",
             f"must have size {size} on its last axis to contract the second-to-last inner axis "
-            f"of {_shape_text(x)}",
+            f"of {shape_text(x)}",
             f"shape {tuple(w.shape)}",
         )
     if w.dim() > 2:
         _check_batch(func, "a", w, x)
     out = torch.matmul(w, x.values)
-    names = _drop_axis(x.axes, -2) if w.dim() == 1 else x.axes
+    names = remove(x.axes, [x.ndim - 2]) if w.dim() == 1 else x.axes
     return RaggedArray(out, x.partition, names if _fits(names, x, out) else None)
 
 
@@ -186,6 +184,12 @@ def _fits(names: tuple[str, ...] | None, x: RaggedArray, out: Tensor) -> bool:
 # --- linear -----------------------------------------------------------------------------------
 
 
+@op(
+    "linalg",
+    rule=CONTRACT,
+    args="x: ragged, weight: tensor, bias: tensor?",
+    torch=(torch.nn.functional.linear,),
+)
 def linear(x: RaggedArray, weight: Tensor, bias: Tensor | None = None) -> RaggedArray:
     """``torch.nn.functional.linear`` on the rows: ``x @ weight.T + bias`` on the last axis.
 
@@ -203,7 +207,7 @@ def linear(x: RaggedArray, weight: Tensor, bias: Tensor | None = None) -> Ragged
     >>> ragged.linear(x, torch.tensor([[1.0, 1.0]]), torch.tensor([0.5])).to_list()
     [[[3.5]], [[7.5], [11.5]]]
     """
-    func = "ragged.linear"
+    func = linear
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", typename(x))
     if not isinstance(weight, Tensor) or weight.dim() not in (1, 2):
@@ -218,15 +222,15 @@ def linear(x: RaggedArray, weight: Tensor, bias: Tensor | None = None) -> Ragged
     _one_level(func, x)
     if x.values.dim() < 2:
         raise value_error(
-            func, "x", "must have at least one inner axis (in_features)", _shape_text(x)
+            func, "x", "must have at least one inner axis (in_features)", shape_text(x)
         )
     if weight.shape[-1] != x.values.shape[-1]:
         raise value_error(
             func,
             "weight",
-            f"must have in_features = {x.values.shape[-1]} (the last axis of {_shape_text(x)})",
+            f"must have in_features = {x.values.shape[-1]} (the last axis of {shape_text(x)})",
             f"shape {tuple(weight.shape)}",
         )
     out = F.linear(x.values, weight, bias)
-    names = _drop_axis(x.axes, -1) if weight.dim() == 1 else x.axes
+    names = remove(x.axes, [x.ndim - 1]) if weight.dim() == 1 else x.axes
     return RaggedArray(out, x.partition, names if _fits(names, x, out) else None)

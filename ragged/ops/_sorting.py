@@ -39,12 +39,11 @@ import torch
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._axes import normalize_axis
-from .._errors import type_error, typename, value_error
+from .._axes import KEEP, NEW, normalize_axis
+from .._errors import Func, multi_level, type_error, typename, value_error
 from .._partition import Partition, RowPartition
+from .._registry import op
 from ..kernels._segment import Segments, segment_sum
-
-__all__ = ["argsort", "sort", "topk", "unique_consecutive"]
 
 # Dtypes with an order-preserving integer rank (``_signed_rank``), and its width in bits.
 _WIDTH = {
@@ -164,7 +163,7 @@ def _columns(values: Tensor) -> Tensor:
     return values.reshape(values.shape[0], math.prod(values.shape[1:]))
 
 
-def _checked(func: str, x: Any, axis: int | str) -> int:
+def _checked(func: Func, x: Any, axis: int | str) -> int:
     """The sort axis of ``x`` (ragged or inner), after the checks every op here shares."""
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", typename(x))
@@ -178,11 +177,11 @@ def _checked(func: str, x: Any, axis: int | str) -> int:
             func, "axis", "cannot be the batch axis (sort within segments: axis 1)", axis
         )
     if dim <= x.ragged_ndim and x.ragged_ndim > 1:
-        raise NotImplementedError(f"{func}: along a ragged axis of multi-level arrays.")
+        raise multi_level(func, "x", x, "along a ragged axis")
     return dim
 
 
-def _flag(func: str, name: str, value: Any) -> None:
+def _flag(func: Func, name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise type_error(func, name, "must be a bool", typename(value))
 
@@ -210,6 +209,7 @@ def _positions(perm: Tensor, starts: Tensor, inner: torch.Size) -> Tensor:
 # --- sort / argsort ---------------------------------------------------------------------------
 
 
+@op("sorting", rule=KEEP, args="x: ragged, axis: axis?, descending: bool?, stable: bool?")
 def sort(
     x: RaggedArray, axis: int | str = 1, *, descending: bool = False, stable: bool = True
 ) -> RaggedArray:
@@ -235,7 +235,7 @@ def sort(
     >>> ragged.sort(x, axis=2, descending=True).to_list()
     [[[3, 0], [2, 1]], [[2, 1]]]
     """
-    func = "ragged.sort"
+    func = sort
     dim = _checked(func, x, axis)
     _flag(func, "descending", descending)
     _flag(func, "stable", stable)
@@ -245,6 +245,13 @@ def sort(
     return x.with_values(_take(x.values, _ragged_perm(x, descending)))
 
 
+@op(
+    "sorting",
+    rule=KEEP,
+    args="x: ragged, axis: axis?, descending: bool?, stable: bool?",
+    torch=(torch.argsort, torch.Tensor.argsort),
+    methods=("argsort",),
+)
 def argsort(
     x: RaggedArray, axis: int | str = 1, *, descending: bool = False, stable: bool = True
 ) -> RaggedArray:
@@ -267,7 +274,7 @@ def argsort(
     >>> ragged.argsort(ragged.array([[2.0, 1.0, 2.0], [7.0]])).to_list()
     [[1, 0, 2], [0]]
     """
-    func = "ragged.argsort"
+    func = argsort
     dim = _checked(func, x, axis)
     _flag(func, "descending", descending)
     _flag(func, "stable", stable)
@@ -282,6 +289,7 @@ def argsort(
 # --- topk -------------------------------------------------------------------------------------
 
 
+@op("sorting", rule=NEW, args="x: ragged, k: int, axis: axis?, largest: bool?, sorted: bool?")
 def topk(
     x: RaggedArray,
     k: int,
@@ -295,7 +303,7 @@ def topk(
     Each segment keeps ``min(k, L_b)`` entries (a short segment keeps all of them rather than
     failing as ``torch.topk`` would). Entries come sorted, largest first (smallest first with
     ``largest=False``), ties in input order: the result is the first ``min(k, L_b)`` entries of
-    :func:`sort` and :func:`argsort` (``sorted=False`` is accepted and returns the same).
+    [`sort`][ragged.sort] and [`argsort`][ragged.argsort] (``sorted=False`` is accepted and returns the same).
 
     Along the ragged axis the output's size depends on the lengths, so this reads it (and the
     longest output segment) back once, one host sync, unless it is known statically: when
@@ -319,7 +327,7 @@ def topk(
     >>> values.to_list(), indices.to_list()
     ([[5.0, 3.0], [2.0], []], [[1, 2], [0], []])
     """
-    func = "ragged.topk"
+    func = topk
     dim = _checked(func, x, axis)
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise value_error(func, "k", "must be a non-negative int", repr(k))
@@ -371,6 +379,7 @@ def _sum_and_max(lengths: Tensor) -> tuple[int, int]:
 # --- unique_consecutive -----------------------------------------------------------------------
 
 
+@op("sorting", rule=NEW, args="x: ragged, axis: axis?, return_inverse: bool?, return_counts: bool?")
 def unique_consecutive(
     x: RaggedArray,
     axis: int | str = 1,
@@ -406,7 +415,7 @@ def unique_consecutive(
     >>> counts.to_list()
     [[2, 1, 1], [], [2]]
     """
-    func = "ragged.unique_consecutive"
+    func = unique_consecutive
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", typename(x))
     dim = normalize_axis(func, x, axis)
@@ -417,7 +426,7 @@ def unique_consecutive(
     _flag(func, "return_inverse", return_inverse)
     _flag(func, "return_counts", return_counts)
     if x.ragged_ndim > 1:
-        raise NotImplementedError(f"{func}: multi-level arrays.")
+        raise multi_level(func, "x", x)
     level = x.partition.levels[0]
     values = x.values
     rows = values.shape[0]

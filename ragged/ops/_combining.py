@@ -29,22 +29,19 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .._array import RaggedArray
-from .._axes import AxisNames, check_names, normalize_axis
-from .._broadcast import _shape_text
-from .._errors import type_error, typename, value_error
+from .._axes import NEW, STACK, UNIFY, AxisNames, check_names, normalize_axis
+from .._errors import Func, multi_level, type_error, typename, value_error
+from .._format import shape_text
 from .._partition import Partition, RowPartition
+from .._registry import op
 from ..kernels._segment import Segments, segment_amax
-
-__all__ = ["concat", "split", "stack"]
-
 
 # --- argument checks shared by concat and stack -----------------------------------------------
 
 
-def _arrays_arg(func: str, arrays: Any) -> tuple[RaggedArray, ...]:
+def _arrays_arg(func: Func, arrays: Any) -> tuple[RaggedArray, ...]:
     expected = "must be a non-empty sequence of RaggedArrays"
     if isinstance(arrays, (RaggedArray, Tensor, str)) or not isinstance(arrays, Sequence):
         raise type_error(func, "arrays", expected, typename(arrays))
@@ -60,10 +57,10 @@ def _arrays_arg(func: str, arrays: Any) -> tuple[RaggedArray, ...]:
 
 
 def _shapes(arrays: Sequence[RaggedArray]) -> str:
-    return ", ".join(_shape_text(a) for a in arrays)
+    return ", ".join(shape_text(a) for a in arrays)
 
 
-def _check_layout(func: str, arrays: Sequence[RaggedArray]) -> None:
+def _check_layout(func: Func, arrays: Sequence[RaggedArray]) -> None:
     """Same number of ragged axes and of inner axes."""
     first = arrays[0]
     if any(
@@ -77,7 +74,7 @@ def _check_layout(func: str, arrays: Sequence[RaggedArray]) -> None:
         )
 
 
-def _check_inner(func: str, arrays: Sequence[RaggedArray], skip: int | None = None) -> None:
+def _check_inner(func: Func, arrays: Sequence[RaggedArray], skip: int | None = None) -> None:
     """Equal inner shapes (``skip``: a dim of ``values`` allowed to differ)."""
 
     def key(a: RaggedArray) -> tuple[int, ...]:
@@ -93,7 +90,7 @@ def _check_inner(func: str, arrays: Sequence[RaggedArray], skip: int | None = No
         )
 
 
-def _unify_names(func: str, arrays: Sequence[RaggedArray]) -> AxisNames | None:
+def _unify_names(func: Func, arrays: Sequence[RaggedArray]) -> AxisNames | None:
     """The named inputs' common names (unnamed inputs agree with any); ``None`` if none."""
     named = [a.axes for a in arrays if a.axes is not None]
     if any(n != named[0] for n in named):
@@ -106,7 +103,7 @@ def _unify_names(func: str, arrays: Sequence[RaggedArray]) -> AxisNames | None:
     return named[0] if named else None
 
 
-def _same_partition(func: str, arrays: Sequence[RaggedArray], what: str) -> Partition:
+def _same_partition(func: Func, arrays: Sequence[RaggedArray], what: str) -> Partition:
     first = arrays[0].partition
     for a in arrays[1:]:
         if a.partition is not first and not first.equals(a.partition):
@@ -119,6 +116,12 @@ def _same_partition(func: str, arrays: Sequence[RaggedArray], what: str) -> Part
 # --- concat -----------------------------------------------------------------------------------
 
 
+@op(
+    "combining",
+    rule=UNIFY,
+    args="arrays: arrays, axis: axis?",
+    torch=(torch.cat, torch.concat, torch.concatenate),
+)
 def concat(arrays: Sequence[RaggedArray], axis: int | str = 0) -> RaggedArray:
     """Join arrays along an existing axis.
 
@@ -155,7 +158,7 @@ def concat(arrays: Sequence[RaggedArray], axis: int | str = 0) -> RaggedArray:
     >>> ragged.concat([a, a.with_values(torch.ones(3, 1))], axis=2)[1]
     tensor([[0., 0., 1.]])
     """
-    func = "ragged.concat"
+    func = concat
     items = _arrays_arg(func, arrays)
     first = items[0]
     _check_layout(func, items)
@@ -175,7 +178,7 @@ def concat(arrays: Sequence[RaggedArray], axis: int | str = 0) -> RaggedArray:
     if dim == 0:
         return _concat_batch(items, names)
     if nr > 1:
-        raise NotImplementedError(f"{func}: along a ragged axis of multi-level arrays.")
+        raise multi_level(func, "arrays", items[0], "along a ragged axis")
     return _concat_ragged(func, items, names)
 
 
@@ -210,8 +213,18 @@ def _shifted(t: Tensor, shift: int) -> Tensor:
     return t + shift if shift else t
 
 
+def _known_one(num: Any) -> bool:
+    """``num == 1`` known without a guard (compiled code must not branch on a batch of one)."""
+    if not torch.compiler.is_compiling():
+        return bool(num == 1)
+    # A symbolic size, only under tracing (symbolic_shapes loads sympy: not at import time).
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(num == 1))
+
+
 def _concat_ragged(
-    func: str, arrays: Sequence[RaggedArray], names: AxisNames | None
+    func: Func, arrays: Sequence[RaggedArray], names: AxisNames | None
 ) -> RaggedArray:
     """Segment ``b`` of every array joined end to end.
 
@@ -235,8 +248,7 @@ def _concat_ragged(
     lengths = levels[0].lengths
     for level in levels[1:]:
         lengths = lengths + level.lengths
-    if statically_known_true(num == 1):  # one segment: joining it is joining the values
-        # (statically: compiled code must not branch on a batch of one)
+    if _known_one(num):  # one segment: joining it is joining the values
         partition = Partition.from_lengths(lengths, total, total)
         return RaggedArray(values, partition, names)
     same = all(a.partition is arrays[0].partition for a in arrays)
@@ -261,6 +273,7 @@ def _concat_ragged(
 # --- stack ------------------------------------------------------------------------------------
 
 
+@op("combining", rule=STACK, args="arrays: arrays, axis: int?, name: str?")
 def stack(arrays: Sequence[RaggedArray], axis: int = -1, *, name: str | None = None) -> RaggedArray:
     """Stack arrays with equal partitions along a new inner axis.
 
@@ -285,7 +298,7 @@ def stack(arrays: Sequence[RaggedArray], axis: int = -1, *, name: str | None = N
     tensor([[ 1., 10.],
             [ 2., 20.]])
     """
-    func = "ragged.stack"
+    func = stack
     items = _arrays_arg(func, arrays)
     first = items[0]
     _check_layout(func, items)
@@ -324,7 +337,7 @@ def stack(arrays: Sequence[RaggedArray], axis: int = -1, *, name: str | None = N
 # --- split ------------------------------------------------------------------------------------
 
 
-def _sizes_arg(func: str, sizes: Any, num: int) -> list[int]:
+def _sizes_arg(func: Func, sizes: Any, num: int) -> list[int]:
     expected = f"must be a positive int or a sequence of ints summing to {num} (the segments)"
     if isinstance(sizes, int) and not isinstance(sizes, bool):
         if sizes <= 0:
@@ -342,6 +355,7 @@ def _sizes_arg(func: str, sizes: Any, num: int) -> list[int]:
     return pieces
 
 
+@op("combining", rule=NEW, args="x: ragged, sizes: sizes")
 def split(x: RaggedArray, sizes: int | Sequence[int]) -> tuple[RaggedArray, ...]:
     """Split the batch axis into consecutive groups of segments.
 
@@ -364,7 +378,7 @@ def split(x: RaggedArray, sizes: int | Sequence[int]) -> tuple[RaggedArray, ...]
     >>> [p.num_segments for p in ragged.split(x, 3)]
     [3, 1]
     """
-    func = "ragged.split"
+    func = split
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", typename(x))
     num = x.num_segments
@@ -372,7 +386,7 @@ def split(x: RaggedArray, sizes: int | Sequence[int]) -> tuple[RaggedArray, ...]
     if len(pieces) == 1:
         return (x,)
     if x.ragged_ndim > 1:
-        raise NotImplementedError(f"{func}: multi-level arrays.")
+        raise multi_level(func, "x", x)
     level = x.partition.levels[0]
     device = x.device
     counts = torch.tensor(pieces, dtype=torch.int64, device=device)
