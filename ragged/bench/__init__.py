@@ -13,18 +13,24 @@ from ._report import machine as machine
 from ._report import replace_section as replace_section
 from ._report import write_result as write_result
 from ._timing import Timing as Timing
+from ._timing import add_device_option as add_device_option
 from ._timing import compare as compare
 from ._timing import peak_memory as peak_memory
 from ._timing import per_call as per_call
+from ._timing import synchronize as synchronize
+from ._timing import use_device as use_device
 
 __all__ = [
     "Table",
     "Timing",
+    "add_device_option",
     "compare",
     "describe",
     "machine",
     "peak_memory",
     "per_call",
     "replace_section",
+    "synchronize",
+    "use_device",
     "write_result",
 ]
