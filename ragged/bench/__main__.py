@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import shutil
 import sys
 import textwrap
@@ -313,9 +312,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when inside it, else absolute."""
     try:
-        return os.path.relpath(path)
-    except ValueError:  # another drive (Windows)
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
         return str(path)
 
 
