@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -332,3 +333,18 @@ def test_every_suite_starts_and_writes_result_documents(script):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "--json" in proc.stdout and "--quick" in proc.stdout
+
+
+def test_gpu_check_script_is_valid_bash_and_explains_itself():
+    """``benchmarks/gpu_check.sh`` parses (``bash -n``), passes shellcheck where installed, and
+    prints its usage; its full dry run (``--dry-run``: the same steps on the CPU) takes minutes
+    and a fresh venv, so it is run by hand."""
+    script = ROOT / "benchmarks" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], timeout=30).returncode == 0
+    if shutil.which("shellcheck"):
+        lint = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+        assert lint.returncode == 0, lint.stdout
+    usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
+    assert usage.returncode == 0 and "--dry-run" in usage.stdout and "TORCH_INDEX" in usage.stdout
+    wrong = subprocess.run(["bash", str(script), "--nope"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "unknown argument" in wrong.stderr
