@@ -1,10 +1,11 @@
-"""Benchmark helpers and runner: ``python -m ragged.bench [--quick]``.
+"""Benchmark helpers and runner: ``python -m ragged.bench [--quick] [--device cuda]``.
 
 The suites live in ``benchmarks/*.py`` (a checkout, not the installed package); each writes a
 result document with ``--json PATH``. The runner (``ragged.bench.__main__``) runs every suite in
-a fresh process, keeps the documents in ``benchmarks/results/``, draws the plots into
-``docs/img/`` and rewrites the marked tables of ``docs/benchmarks.md``. Timing and reporting
-helpers shared by the suites are re-exported here.
+a fresh process, keeps the documents, logs and plots in ``benchmarks/results/``, and with
+``--write-docs`` draws the plots into ``docs/img/`` and rewrites the marked tables of
+``docs/benchmarks.md``. Timing, device and reporting helpers shared by the suites are
+re-exported here.
 """
 
 from ._report import Table as Table
