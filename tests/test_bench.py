@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import ragged.bench.__main__ as bench_main
 from ragged.bench import Table, compare, peak_memory, replace_section
@@ -148,6 +149,9 @@ def test_device_goes_to_suites_that_take_it_and_others_are_skipped(checkout, cap
     assert "broken      skipped" in out and "runs on the CPU only (no --device option)" in out
     with pytest.raises(SystemExit, match="holds the CPU report"):
         main(["--device", "cuda", "--write-docs"])
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="sees no CUDA device"):
+            main(["--device", "cuda", "--quick"])
 
 
 def test_runs_outside_a_checkout_with_an_explicit_folder(

@@ -25,6 +25,7 @@ from ._plots import available as plots_available
 from ._plots import plot_all
 from ._report import Table, describe, replace_section
 from ._runner import Progress, Suite, discover, run_suite, suite_options
+from ._timing import use_device
 
 DESCRIPTION = """\
 Run the benchmark suites (the scripts in a checkout's benchmarks/ folder), each in a fresh
@@ -251,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{results_dir})"
             )
         docs = docs_dir(bench_dir)
+    if args.device != "cpu" and not args.render_only:
+        use_device(args.device)  # a clear error now rather than one failure per suite
     selected = (
         [] if args.render_only else [s for s in suites if not args.suite or s.name in args.suite]
     )

@@ -23,7 +23,7 @@ Three implementations with one semantics (the reference is
   bound the tiles statically (always but for cross-attention without a bias whose maximum
   lengths are unknown): one graph across batches under ``torch.compile(dynamic=True)``.
 
-Memory is ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist) in both, never ``O(B * Lmax^2)``.
+Memory is at most ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist), never ``O(B * Lmax^2)``.
 Semantics decisions are in ``docs/semantics.md`` (section "Attention semantics").
 """
 
@@ -111,8 +111,8 @@ def attention(
     are whenever a partition came from host data): the fused variable-length kernels or the
     tiled formulation run. On CPU in eager mode the segment lengths are read once per partition
     object (cached). Under ``torch.compile`` the graph has none: on CPU the kernel is a custom op
-    that reads the lengths from memory when it runs. The one read left is cross-attention
-    without a ``bias`` whose maximum lengths are both unknown.
+    that reads the lengths from memory when it runs. Off CPU, the one read left is
+    cross-attention without a ``bias`` whose maximum lengths are both unknown.
 
     On CUDA the fused kernels have no double backward: ``create_graph=True`` through them
     raises torch's error (``torch.func`` transforms and forward AD take the general path).
