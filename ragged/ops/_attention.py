@@ -4,20 +4,26 @@ Axis rule: **keep all** for the queries: the output has the shape and the partit
 ``q`` (with ``v``'s head width). Every segment attends over its own keys only; nothing is padded
 to the longest segment.
 
-Two implementations with one semantics (the reference is
+Three implementations with one semantics (the reference is
 ``F.scaled_dot_product_attention`` on each segment, transposed to ``(H, L, Dh)``):
 
-* eager (``ragged/kernels/_attention_buckets.py``): segments grouped into length buckets, one call
-  of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host once per
-  partition object (cached, weakly) to plan the buckets. Under ``torch.compile`` on CPU the same
-  kernel runs as an opaque custom op (``_attention_op.py``): one graph across batches with
-  static shapes; it reads the lengths from memory when it runs.
-* on other devices under ``torch.compile``, with ``TILES_UNDER_COMPILE``, or with dropout
-  (``ragged/kernels/_attention_tiles.py``): block tiles of each segment, batched matmuls and segment
-  softmax, with static sizes only. No host read: one graph across batches under
-  ``torch.compile(dynamic=True)``.
+* on CUDA (``ragged/kernels/_attention_varlen.py``): torch's variable-length flash or
+  memory-efficient kernel, with the offsets as cumulative sequence lengths and the partitions'
+  static maximum lengths: no padding, no buckets, no host read. Taken when the dtype, head sizes
+  and settings allow (no pair bias, maximum lengths known, no ``torch.func`` transform); see that
+  module for the rules.
+* eager on CPU (``ragged/kernels/_attention_buckets.py``): segments grouped into length buckets,
+  one call of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host
+  once per partition object (cached, weakly). Under ``torch.compile`` on CPU the same kernel runs
+  as an opaque custom op (``_attention_op.py``): one graph across batches with static shapes; it
+  reads the lengths from memory when it runs.
+* otherwise (``ragged/kernels/_attention_tiles.py``): block tiles of each segment, batched
+  matmuls and segment softmax, with static sizes only: on other devices (eager or compiled),
+  with ``TILES_UNDER_COMPILE``, or with dropout on CPU. No host read when the partitions
+  bound the tiles statically (always but for cross-attention without a bias whose maximum
+  lengths are unknown): one graph across batches under ``torch.compile(dynamic=True)``.
 
-Memory is ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist) in both, never ``O(B * Lmax^2)``.
+Memory is at most ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist), never ``O(B * Lmax^2)``.
 Semantics decisions are in ``docs/semantics.md`` (section "Attention semantics").
 """
 
@@ -37,6 +43,7 @@ from .._partition import RowPartition, tensors_equal
 from .._registry import op
 from ..kernels import _attention_buckets as buckets
 from ..kernels import _attention_plan as planner
+from ..kernels import _attention_varlen as varlen
 from ..kernels._attention_op import bucketed_attention as bucketed_attention_op
 from ..kernels._attention_tiles import (
     COMPILE_BLOCK,
@@ -50,6 +57,9 @@ from ..kernels._attention_tiles import (
 # _attention_op.py: one graph, no unbacked sizes; it reads the lengths from memory when it runs).
 # Set this to compile the sync-free tiled formulation instead, as on other devices.
 TILES_UNDER_COMPILE = False
+# Device types whose eager path plans length buckets on the host; others take the tiles (or the
+# fused kernels of _attention_varlen), which need no host read.
+BUCKET_DEVICES = ("cpu",)
 
 BIAS_PARTITION = (
     "must be a pair map (B, Lq*, Lk*, H) with the partition "
@@ -103,11 +113,15 @@ def attention(
         segment gives an empty segment; a query row whose segment has no keys (``Lk_b = 0``)
         gives 0.
 
-    Host reads: in eager mode the segment lengths are read once per partition object (one
-    host sync, then cached). Under ``torch.compile`` the graph has none: on CPU the kernel is a
-    custom op that reads the lengths from memory when it runs; elsewhere the tiled formulation
-    needs no read, except in cross-attention without a ``bias`` when the keys' maximum length is
-    not known statically (it is whenever the partition came from host data).
+    Host reads: on CUDA none when the partitions' maximum lengths are known statically (they
+    are whenever a partition came from host data): the fused variable-length kernels or the
+    tiled formulation run. On CPU in eager mode the segment lengths are read once per partition
+    object (cached). Under ``torch.compile`` the graph has none: on CPU the kernel is a custom op
+    that reads the lengths from memory when it runs. Off CPU, the one read left is
+    cross-attention without a ``bias`` whose maximum lengths are both unknown.
+
+    On CUDA the fused kernels have no double backward: ``create_graph=True`` through them
+    raises torch's error (``torch.func`` transforms and forward AD take the general path).
 
     Raises:
         TypeError: an argument is not a RaggedArray, or dtypes differ or are not floating.
@@ -152,7 +166,22 @@ def attention(
         raise value_error(attention, "dropout_p", "must be in [0, 1)", dropout_p)
     bias_values = None if bias is None else _check_bias(bias, q, k)
     scale = float(scale)
-    if torch.compiler.is_compiling():
+    key_level = q_level if same else k_level
+    kernel = varlen.select(
+        q.values,
+        k.values,
+        v.values,
+        q_level,
+        key_level,
+        bias=bias_values is not None,
+        causal=causal,
+        dropout_p=dropout_p,
+    )
+    if kernel is not None:
+        out = varlen.attention(
+            kernel, q.values, k.values, v.values, q_level, key_level, scale, causal, dropout_p
+        )
+    elif torch.compiler.is_compiling():
         if q.device.type == "cpu" and dropout_p == 0.0 and not TILES_UNDER_COMPILE:
             out, _ = bucketed_attention_op(
                 q.values,
@@ -169,6 +198,11 @@ def attention(
             out = tiled_attention(
                 q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
             )
+    elif q.device.type not in BUCKET_DEVICES and _bounded(q_level, k_level, bias_values, same):
+        geometry = _static_geometry(q, k, bias_values, same)
+        out = tiled_attention(
+            q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
+        )
     else:
         plan = planner.plan(q_level, k_level, q.values.shape[1] * q.values.shape[2])
         if dropout_p > 0.0:
@@ -257,6 +291,16 @@ def _widths(q: RaggedArray, k: RaggedArray) -> Tensor:
 def _pair_offsets(q_level: RowPartition, k_level: RowPartition) -> Tensor:
     counts = q_level.lengths * k_level.lengths
     return torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
+
+
+def _bounded(q_level: RowPartition, k_level: RowPartition, bias: Tensor | None, same: bool) -> bool:
+    """Whether ``_static_geometry`` bounds the tiles without reading the device."""
+    return (
+        bias is not None
+        or (same and q_level.sum_squares is not None)
+        or k_level.max_length is not None
+        or q_level.max_length is not None
+    )
 
 
 def _static_geometry(q: RaggedArray, k: RaggedArray, bias: Tensor | None, same: bool) -> Geometry:
