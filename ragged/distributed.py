@@ -11,6 +11,10 @@ Ordering: :func:`all_gather` concatenates the ranks' segments in rank order (ran
 :func:`scatter` and :func:`shard` give rank ``r`` the ``r``-th contiguous chunk. The global mean
 of a per-token loss is :func:`global_mean` (sums and counts all-reduced); see
 ``docs/semantics.md`` (data loading).
+
+Context parallelism splits the sequences of one batch over ranks:
+:func:`plan_context_parallel` lays rows out on the host (a :class:`ContextParallelPlan`) and
+:func:`context_parallel_attention` computes exact attention over that layout (``docs/scaling.md``).
 """
 
 from __future__ import annotations
@@ -25,10 +29,23 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ._array import RaggedArray
+from ._context_attention import context_parallel_attention as context_parallel_attention
+from ._context_plan import ContextParallelPlan as ContextParallelPlan
+from ._context_plan import plan_context_parallel as plan_context_parallel
 from ._errors import type_error, typename, value_error
 from ._partition import Partition, RowPartition
 
-__all__ = ["all_gather", "broadcast", "global_mean", "scatter", "shard", "shard_bounds"]
+__all__ = [
+    "ContextParallelPlan",
+    "all_gather",
+    "broadcast",
+    "context_parallel_attention",
+    "global_mean",
+    "plan_context_parallel",
+    "scatter",
+    "shard",
+    "shard_bounds",
+]
 
 Group = Any  # torch.distributed.ProcessGroup | None
 
