@@ -256,7 +256,34 @@ def check_float32_and_errors(rank, world):
         context_parallel_attention(local, local, local, causal=True, plan="balanced")
 
 
-CHECKS = [check_plans_match_one_process, check_without_a_plan, check_float32_and_errors]
+def check_subgroups(rank, world):
+    """Two groups of two ranks each run their own batch (group ranks differ from global)."""
+    if world != 4:
+        return
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    group = groups[rank // 2]
+    lengths = [[9, 2, 0, 4], [3, 11]][rank // 2]
+    q, k, v, grad = global_qkv(lengths, 20 + rank // 2)
+    expected, expected_grads = reference(q, k, v, grad, True)
+    plan = plan_context_parallel(lengths, 2, causal=True)
+    mine = dist.get_rank(group)
+    local = [plan.shard(x, mine) for x in (q, k, v)]
+    out = context_parallel_attention(*local, causal=True, group=group, plan=plan)
+    rows = plan.rows(mine)
+    torch.testing.assert_close(out.values, expected[rows])
+    (out.values * grad[rows]).sum().backward()
+    for x, e in zip((q, k, v), expected_grads, strict=True):
+        g = x.values.grad.clone()
+        dist.all_reduce(g, group=group)
+        torch.testing.assert_close(g, e)
+
+
+CHECKS = [
+    check_plans_match_one_process,
+    check_without_a_plan,
+    check_float32_and_errors,
+    check_subgroups,
+]
 
 
 def _worker(rank, world, port):

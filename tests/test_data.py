@@ -105,12 +105,20 @@ def test_collate_partitions_differ_for_different_lengths():
             "['a'] in sample 0, ['b'] in sample 1.",
         ),
         (
-            [{"ids": [1, 2, 3]}, {"ids": [4]}],
+            [{"ids": (1, 2, 3)}, {"ids": (4,)}],
             {},
             TypeError,
-            "ragged.data.collate: `samples` must share one structure at ['ids'] (lists and tuples "
-            "are containers: give a variable-length field as a tensor), got length 3 in sample 0, "
-            "1 in sample 1.",
+            "ragged.data.collate: `samples` must share one structure at ['ids'] (tuples and lists "
+            "of non-numbers are containers: give a variable-length field as a tensor or a list of "
+            "numbers), got length 3 in sample 0, 1 in sample 1.",
+        ),
+        (
+            [{"words": ["a", "b"]}, {"words": ["c"]}],
+            {},
+            TypeError,
+            "ragged.data.collate: `samples` must share one structure at ['words'] (tuples and "
+            "lists of non-numbers are containers: give a variable-length field as a tensor or a "
+            "list of numbers), got length 2 in sample 0, 1 in sample 1.",
         ),
         (
             [{"a": torch.ones(2, 3)}, {"a": torch.ones(1, 4)}],
@@ -163,6 +171,27 @@ class _Tokens(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return {"tokens": torch.full((self.lengths[i],), i), "label": i}
+
+
+def test_collate_takes_lists_of_numbers_as_fields():
+    rows = [
+        {"input_ids": [101, 7, 102], "attention_mask": [1, 1, 1], "score": [0.5], "label": 1},
+        {"input_ids": [101, 102], "attention_mask": [1, 1], "score": [1], "label": 0},
+        {"input_ids": [], "attention_mask": [], "score": [2.5], "label": 1},
+    ]
+    batch = collate(rows)
+    assert batch["input_ids"].to_list() == [[101, 7, 102], [101, 102], []]
+    assert batch["input_ids"].dtype == torch.int64
+    assert batch["input_ids"].partition is batch["attention_mask"].partition  # equal lengths
+    assert batch["score"].dtype == torch.get_default_dtype()  # a float anywhere: floats
+    assert batch["score"].tolist() == [[0.5], [1.0], [2.5]]  # equal lengths: stacked
+    assert batch["label"].tolist() == [1, 0, 1]
+    named = collate(rows[:2], ragged_keys=["input_ids", "attention_mask", "score"])
+    assert isinstance(named["score"], ragged.RaggedArray)
+    flags = collate([{"m": [True, False]}, {"m": [True]}])["m"]
+    assert flags.dtype == torch.bool and flags.to_list() == [[True, False], [True]]
+    empty = collate([{"ids": []}, {"ids": []}], ragged_keys=["ids"])["ids"]
+    assert empty.dtype == torch.int64 and empty.to_list() == [[], []]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
