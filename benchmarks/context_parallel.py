@@ -244,27 +244,68 @@ def _timer(rank: int, world: int, port: int, args: argparse.Namespace, out: Any)
         heads, width = 4, 64
         gen = torch.Generator().manual_seed(0)
         x = ragged.from_lengths(torch.randn(sum(lengths), heads, width, generator=gen), lengths)
-        plans = {
-            name: plan_context_parallel(lengths, world, causal=True, strategy=name)
-            for name in ("balanced", "static")
-        }
+        plans = timed_plans(lengths, world, args.token_cost)
         local = {name: p.shard(x, rank) for name, p in plans.items()}
         times: dict[str, list[float]] = {name: [] for name in plans}
+        cpu: dict[str, list[float]] = {name: [] for name in plans}
         repeats = 3 if args.quick else args.repeats
         for i in range(repeats + 1):  # the first round warms up (plans, buffers)
             for name, plan in plans.items():
                 q = local[name].with_values(local[name].values.detach().requires_grad_(True))
                 dist.barrier()
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.thread_time()
                 y = context_parallel_attention(q, q, q, causal=True, plan=plan)
                 y.values.sum().backward()
+                used = time.thread_time() - start_cpu
                 dist.barrier()
                 if i:
                     times[name].append(time.perf_counter() - start)
+                    cpu[name].append(used)
+        # Every rank's median CPU time of its own work (this thread: kernels and packing).
+        mine = {name: statistics.median(c) for name, c in cpu.items()}
+        every: list[Any] = [None] * world
+        dist.all_gather_object(every, mine)
         if rank == 0:
-            out.put({name: statistics.median(t) for name, t in times.items()})
+            result = {name: statistics.median(t) for name, t in times.items()}
+            for name in plans:
+                result[f"{name}_cpu_max"] = max(e[name] for e in every)
+                result[f"{name}_cpu_mean"] = sum(e[name] for e in every) / world
+            out.put(result)
     finally:
         dist.destroy_process_group()
+
+
+def timed_plans(lengths: list[int], world: int, token_cost: float) -> dict[str, Any]:
+    return {
+        "static": plan_context_parallel(lengths, world, causal=True, strategy="static"),
+        "balanced": plan_context_parallel(lengths, world, causal=True),
+        "balanced, fitted cost": plan_context_parallel(
+            lengths, world, causal=True, token_cost=token_cost
+        ),
+    }
+
+
+def single_process(lengths: list[int], repeats: int) -> float:
+    """Median CPU time of ``ragged.attention`` forward + backward on one batch."""
+    x = ragged.from_lengths(torch.randn(sum(lengths), 4, 64), lengths)
+    times = []
+    for _ in range(repeats + 1):
+        q = x.with_values(x.values.detach().requires_grad_(True))
+        start = time.thread_time()
+        ragged.attention(q, q, q, causal=True).values.sum().backward()
+        times.append(time.thread_time() - start)
+    return statistics.median(times[1:])
+
+
+def fit_token_cost(repeats: int) -> float:
+    """The attention kernel's cost of a row in query-key pairs, fitted on this machine from
+    two batches of 8192 tokens: ``time = a * tokens + b * pairs`` gives ``a / b``."""
+    short, longer = [16] * 512, [64] * 128
+    t_short, t_long = single_process(short, repeats), single_process(longer, repeats)
+    p_short, p_long = (sum(n * (n + 1) // 2 for n in lengths) for lengths in (short, longer))
+    per_pair = (t_long - t_short) / (p_long - p_short)
+    per_token = (t_short - per_pair * p_short) / sum(short)
+    return max(0.0, per_token / per_pair) if per_pair > 0 else 0.0
 
 
 def _free_port() -> int:
@@ -275,49 +316,64 @@ def _free_port() -> int:
 
 def wall_table(args: argparse.Namespace) -> tuple[Table, list[dict[str, Any]]]:
     lengths = timed_batch(args.quick)
+    repeats = 3 if args.quick else args.repeats
     table = Table(
-        f"Forward + backward wall time on gloo processes, causal, {len(lengths)} sequences "
+        f"Forward + backward on gloo processes, causal, {len(lengths)} sequences "
         f"({sum(lengths)} tokens, longest {max(lengths)}), 4 heads of width 64, float32",
         [
             "processes",
-            "static ms",
-            "balanced ms",
-            "static / balanced",
-            "work max/mean static",
-            "work max/mean balanced",
+            "plan",
+            "work max/mean",
+            "wall ms",
+            "busiest rank CPU ms",
+            "mean rank CPU ms",
+            "static / balanced (wall)",
+            "static / balanced (busiest CPU)",
         ],
     )
     points = []
+    args.token_cost = fit_token_cost(repeats)
     context = mp.get_context("fork")
     for world in (2, 4):
         queue = context.SimpleQueue()
         mp.start_processes(
             _timer, args=(world, _free_port(), args, queue), nprocs=world, start_method="fork"
         )
-        medians = queue.get()
-        work = {
-            name: ratio(
-                plan_context_parallel(lengths, world, causal=True, strategy=name).attention_pairs()
+        got = queue.get()
+        for name, plan in timed_plans(lengths, world, args.token_cost).items():
+            first = name == "static"
+            table.rows.append(
+                [
+                    str(world),
+                    name,
+                    f"{ratio(plan.attention_pairs()):.3f}",
+                    f"{1e3 * got[name]:.0f}",
+                    f"{1e3 * got[f'{name}_cpu_max']:.0f}",
+                    f"{1e3 * got[f'{name}_cpu_mean']:.0f}",
+                    "" if first else f"{got['static'] / got[name]:.2f}x",
+                    "" if first else f"{got['static_cpu_max'] / got[f'{name}_cpu_max']:.2f}x",
+                ]
             )
-            for name in ("static", "balanced")
-        }
-        table.rows.append(
-            [
-                str(world),
-                f"{1e3 * medians['static']:.0f}",
-                f"{1e3 * medians['balanced']:.0f}",
-                f"{medians['static'] / medians['balanced']:.2f}x",
-                f"{work['static']:.2f}",
-                f"{work['balanced']:.3f}",
-            ]
+        points.append(
+            {
+                "processes": world,
+                **{f"{key}_s": got[key] for key in ("static", "balanced", "balanced, fitted cost")},
+            }
         )
-        points.append({"processes": world, **{f"{k}_s": v for k, v in medians.items()}})
-    table.notes.append(
-        "Barrier to barrier on rank 0 (so the slowest rank's time), median of "
-        f"{3 if args.quick else args.repeats} repeats, the plans interleaved. One thread per "
-        "process on a 2-core machine shared with other jobs: 4 processes time-share the cores, "
-        "which narrows the gap (the critical path is max(busiest rank, total work / 2 cores))."
-    )
+    alone = single_process(lengths, repeats)
+    table.notes += [
+        f"One process, ragged.attention on the whole batch: {1e3 * alone:.0f} ms CPU.",
+        "Work max/mean counts query-key pairs. The kernel also costs per row (softmax, output, "
+        f"backward): fitted here as {args.token_cost:.0f} pairs per row from two one-process "
+        "runs (8192 tokens in sequences of 16 and of 64); 'balanced, fitted cost' plans with "
+        "that token_cost.",
+        "Wall: barrier to barrier on rank 0 (the slowest rank's time), median of "
+        f"{repeats} repeats, the plans interleaved. Busiest rank CPU: the largest of the ranks' "
+        "median CPU times of their own thread (kernels, packing, sending), what the step would "
+        "take with a core per rank. One thread per process on a 2-core machine shared with "
+        "other jobs: the wall times include waiting for a core (4 processes time-share 2 "
+        "cores), so they are noisy and understate the gap.",
+    ]
     return table, points
 
 

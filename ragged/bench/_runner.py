@@ -17,7 +17,7 @@ __all__ = ["Suite", "discover", "progress", "run_suite"]
 # Suites this repository maintains, in the order the report shows them; other scripts in
 # benchmarks/ run after these if they accept ``--json``.
 OWNED = ("ops", "skew", "func")
-OPTIONAL = ("encoder", "pair", "microbatch")
+OPTIONAL = ("encoder", "pair", "microbatch", "context_parallel")
 
 
 @dataclasses.dataclass
