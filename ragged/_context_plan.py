@@ -441,7 +441,9 @@ def _cut(
     lo, hi = ideal - slack, ideal + slack
     first, last = bisect.bisect_left(prefix, lo), bisect.bisect_right(prefix, hi)
     if first < last:  # sequence boundaries in the window: nothing moves; take the nearest
-        j = min(range(first, last), key=lambda i: (abs(prefix[i] - ideal), i))
+        near = bisect.bisect_left(prefix, ideal, first, last)
+        candidates = [i for i in (near - 1, near) if first <= i < last]
+        j = min(candidates, key=lambda i: (abs(prefix[i] - ideal), i))
         return (j, 0) if j < len(order) else (len(order), 0)
     # The window lies inside one sequence.
     j = min(max(bisect.bisect_right(prefix, ideal) - 1, 0), len(order) - 1)
