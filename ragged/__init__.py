@@ -36,10 +36,12 @@ from ._shape import RaggedShape as RaggedShape
 from .func import *  # noqa: F403  (transforms, listed in ragged.func.__all__)
 from .interop import from_danling as from_danling
 from .interop import from_hf as from_hf
+from .interop import from_hf_packed as from_hf_packed
 from .interop import from_packed_sequence as from_packed_sequence
 from .interop import from_pyg as from_pyg
 from .interop import to_danling as to_danling
 from .interop import to_hf as to_hf
+from .interop import to_hf_packed as to_hf_packed
 from .interop import to_packed_sequence as to_packed_sequence
 from .interop import to_pyg as to_pyg
 from .ops import *  # noqa: F403  (every op: ragged.ops.__all__, generated from the registry)
@@ -59,6 +61,7 @@ __all__ = [
     "array",
     "from_danling",
     "from_hf",
+    "from_hf_packed",
     "from_lengths",
     "from_nested",
     "from_nested_lengths",
@@ -69,6 +72,7 @@ __all__ = [
     "from_segment_ids",
     "to_danling",
     "to_hf",
+    "to_hf_packed",
     "to_list",
     "to_mask",
     "to_nested",

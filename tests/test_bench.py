@@ -311,8 +311,30 @@ def test_plots_are_drawn(tmp_path):
             },
         },
     }
+    plan = {
+        "mix": "log-normal",
+        "causal": True,
+        "static_max_over_mean": 2.0,
+        "balanced_max_over_mean": 1.02,
+        "static_ring_bytes": 2.0**31,
+        "static_needed_bytes": 2.0**28,
+        "balanced_bytes": 2.0**29,
+    }
+    results["context_parallel"] = {
+        **base,
+        "plots": {
+            "plans": [{**plan, "ranks": r} for r in (8, 64)]
+            + [{**plan, "causal": False, "ranks": 8}],
+            "wall": [{"processes": 2, "static_s": 0.2, "balanced_s": 0.1}],
+        },
+    }
     written = plot_all(results, tmp_path)
-    assert sorted(p.name for p in written) == ["func.png", "ops_speedup.png", "skew.png"]
+    assert sorted(p.name for p in written) == [
+        "context_parallel.png",
+        "func.png",
+        "ops_speedup.png",
+        "skew.png",
+    ]
     assert all(p.stat().st_size > 1000 for p in written)
 
 

@@ -2,9 +2,9 @@
 
 Each world size is one ``torch.multiprocessing.spawn`` that runs every check in turn (process
 start-up dominates the cost). Every rank builds every rank's data from its rank number, so each
-can check the collectives' results without further communication. The DDP check compares the
-gradients of one step on each rank's token-balanced shard against a single-process run on the
-whole global batch with the global per-token mean loss.
+can check the collectives' results without further communication. The DDP and FSDP2 checks
+compare the gradients of one step on each rank's token-balanced shard against a single-process
+run on the whole global batch with the global per-token mean loss.
 """
 
 import datetime
@@ -134,6 +134,26 @@ def check_ddp_step_matches_single_process(rank, world):
         torch.testing.assert_close(p, q)
 
 
+def check_fsdp2_step_matches_single_process(rank, world):
+    """FSDP2 (``fully_shard`` on a CPU gloo mesh) accepts RaggedArray inputs; with the global
+    per-token mean its gradients (reduce-scattered, averaged) equal one process's."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    x, target = global_batch()
+    torch.manual_seed(0)
+    reference = TinyModel()
+    torch.manual_seed(0)
+    model = TinyModel()
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    (token_loss_sum(reference, x, target) / x.values.shape[0]).backward()
+    local_x, local_target = shard(x, world, rank), shard(target, world, rank)
+    loss = global_mean(token_loss_sum(model, local_x, local_target), local_x.values.shape[0])
+    loss.backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad.full_tensor(), q.grad, msg=f"gradient of {name}")
+
+
 CHECKS = [
     check_all_gather,
     check_all_gather_rejects_mismatched_dtypes,
@@ -141,6 +161,7 @@ CHECKS = [
     check_scatter,
     check_global_mean,
     check_ddp_step_matches_single_process,
+    check_fsdp2_step_matches_single_process,
 ]
 
 

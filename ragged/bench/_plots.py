@@ -248,6 +248,71 @@ def plot_encoder(result: dict[str, Any], out: Path) -> Path:
     return _save(fig, result, out, bottom=0.06 if forward_only else 0.0)
 
 
+def plot_context_parallel(result: dict[str, Any], out: Path) -> Path:
+    """Context parallelism, causal: work balance and key/value bytes per plan, and wall time."""
+    plt = _pyplot()
+    points = [p for p in result["plots"]["plans"] if p["causal"]]
+    wall = result["plots"]["wall"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2), gridspec_kw={"width_ratios": [1, 1.6, 0.7]})
+    mixes = list(dict.fromkeys(p["mix"] for p in points))
+    for i, mix in enumerate(mixes):
+        rows = [p for p in points if p["mix"] == mix]
+        ranks = [p["ranks"] for p in rows]
+        color = f"C{i}"
+        axes[0].plot(
+            ranks,
+            [p["static_max_over_mean"] for p in rows],
+            "--o",
+            color=color,
+            label=f"{mix}: static",
+        )
+        axes[0].plot(
+            ranks,
+            [p["balanced_max_over_mean"] for p in rows],
+            "-s",
+            color=color,
+            label=f"{mix}: balanced",
+        )
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_yscale("log")
+    axes[0].yaxis.set_major_formatter("{x:g}")
+    axes[0].yaxis.set_minor_formatter("{x:g}")
+    axes[0].axhline(1.10, color="red", linewidth=0.8, linestyle=":", label="target 1.10")
+    axes[0].set_xlabel("ranks")
+    axes[0].set_ylabel("attention work, max / mean rank")
+    axes[0].set_title("work balance (causal)")
+    axes[0].legend(fontsize=6)
+    gib = 2.0**30
+    groups = [f"{p['mix'].split()[0]}\n{p['ranks']}" for p in points]
+    _bars(
+        axes[1],
+        groups,
+        {
+            "static ring": [p["static_ring_bytes"] / gib for p in points],
+            "static, needed rows": [p["static_needed_bytes"] / gib for p in points],
+            "balanced": [p["balanced_bytes"] / gib for p in points],
+        },
+        ratio=False,
+    )
+    axes[1].set_yscale("log")
+    axes[1].set_title("key/value GiB moved, forward (causal)")
+    axes[1].tick_params(axis="x", labelsize=7)
+    axes[1].legend(fontsize=7)
+    _bars(
+        axes[2],
+        [f"{w['processes']} proc" for w in wall],
+        {
+            name: [1e3 * w[f"{name}_s"] for w in wall]
+            for name in ("static", "balanced", "balanced, fitted cost")
+            if all(f"{name}_s" in w for w in wall)
+        },
+        ratio=False,
+    )
+    axes[2].set_title("fwd+bwd wall time (ms), gloo")
+    axes[2].legend(fontsize=7)
+    return _save(fig, result, out)
+
+
 def _encoder_cells(table: dict[str, Any] | None) -> dict[tuple[str, str], str]:
     """``(variant, mode) -> the fwd+bwd cell`` of one encoder table ("fails", "n/a", a time)."""
     if not table or table.get("columns", [None])[0] != "variant":
@@ -279,6 +344,7 @@ PLOTS = {
     "func": [("func.png", plot_func)],
     "pair": [("pair.png", plot_pair)],
     "encoder": [("encoder.png", plot_encoder)],
+    "context_parallel": [("context_parallel.png", plot_context_parallel)],
 }
 
 

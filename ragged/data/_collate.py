@@ -4,7 +4,10 @@ The rule (see ``docs/semantics.md`` (data loading)): a sample is a tensor or a p
 namedtuples, lists) of tensors and Python scalars. A bare-tensor sample always becomes a
 RaggedArray. Inside a pytree, a tensor field becomes a RaggedArray when ``ragged_keys`` names it
 or, with ``ragged_keys=None``, when its leading sizes differ within the batch; other tensor fields
-are stacked densely. Python numbers become a tensor, anything else a list.
+are stacked densely. A field that is a list of numbers in every sample (what tokenizers and
+``datasets`` return) is a 1-D tensor field: int64 if every number is an int, bool if every one
+is a bool, else the default float dtype (int64 when every list is empty). Python numbers become
+a tensor, anything else a list.
 
 Lengths come from the samples' shapes, so every RaggedArray built here knows its maximum
 length on the host and later ``to_padded``/``to_mask`` calls read nothing from the device. Fields
@@ -40,7 +43,8 @@ def collate(samples: Sequence[Any], *, ragged_keys: Iterable[Any] | None = None)
 
     Args:
         samples: tensors of shape ``(L_i, *inner)``, or pytrees (dicts, tuples, namedtuples,
-            lists) of one structure whose leaves are tensors, numpy arrays or Python scalars.
+            lists) of one structure whose leaves are tensors, numpy arrays, lists of numbers
+            (1-D fields, e.g. a tokenizer's ``input_ids``) or Python scalars.
         ragged_keys: the fields that become RaggedArrays; every other tensor field is stacked
             (and must have one shape across the batch). A field is a top-level dict key or tuple
             index (a field name for a namedtuple), or a tuple path into nested containers
@@ -69,6 +73,9 @@ def collate(samples: Sequence[Any], *, ragged_keys: Iterable[Any] | None = None)
     3
     >>> ragged.data.collate([torch.ones(2, 4), torch.ones(2, 4)]).shape  # bare tensors: ragged
     RaggedShape(2, [2, 2], 4)
+    >>> rows = [{"input_ids": [101, 7592, 102], "label": 1}, {"input_ids": [101, 102], "label": 0}]
+    >>> ragged.data.collate(rows)["input_ids"].to_list()  # lists of numbers, as from a tokenizer
+    [[101, 7592, 102], [101, 102]]
     """
     if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence):
         raise type_error(
@@ -143,13 +150,16 @@ class _Collator:
                 return batched if type(first) is dict else type(first)(batched)  # type: ignore[call-arg]
             except TypeError:
                 return batched
+        if isinstance(first, list) and _number_lists(items):
+            return self.leaf(path, _number_tensors(items))
         if isinstance(first, (tuple, list)):
             for b, item in enumerate(items):
                 if len(item) != len(first):
                     got = f"length {len(first)} in sample 0, {len(item)} in sample {b}"
                     expected = (
-                        f"must share one structure at {_path_text(path)} (lists and tuples are "
-                        "containers: give a variable-length field as a tensor)"
+                        f"must share one structure at {_path_text(path)} (tuples and lists of "
+                        "non-numbers are containers: give a variable-length field as a tensor "
+                        "or a list of numbers)"
                     )
                     raise type_error(collate, "samples", expected, got)
             names = getattr(first, "_fields", None)  # a namedtuple's fields go by name
@@ -218,6 +228,24 @@ class _Collator:
             level = RowPartition.from_lengths(lengths_t, total, max(lengths), squares)
             partition = self.partitions[lengths] = Partition((level,))
         return RaggedArray(values, partition)
+
+
+def _number_lists(items: list[Any]) -> bool:
+    """Whether every item is a list of real numbers (bools included; no nested containers)."""
+    return all(
+        isinstance(item, list) and all(isinstance(e, numbers.Real) for e in item) for item in items
+    )
+
+
+def _number_tensors(items: list[list[Any]]) -> list[Tensor]:
+    """The lists as 1-D tensors of one dtype for the whole batch."""
+    elements = [e for item in items for e in item]
+    if not elements or all(isinstance(e, numbers.Integral) for e in elements):
+        is_bool = bool(elements) and all(isinstance(e, bool) for e in elements)
+        dtype = torch.bool if is_bool else torch.int64
+    else:
+        dtype = torch.get_default_dtype()
+    return [torch.tensor(item, dtype=dtype) for item in items]
 
 
 def _check_dtypes(path: Path, tensors: list[Tensor]) -> None:

@@ -1,17 +1,4 @@
-"""Collectives and sharding for RaggedArrays on ``torch.distributed``.
-
-Ranks hold RaggedArrays with different numbers of segments and values. Each collective first
-exchanges the small host metadata (numbers of segments and values, dtype, inner shape, known
-maximum length) with ``torch.distributed``'s object collectives, then moves lengths and values
-with tensor collectives (``all_gather``, ``broadcast``, ``scatter``) on the values' device:
-buffers are padded to the largest rank where the collective needs equal sizes. Results record
-their maximum length, so later ``to_padded``/``to_mask`` calls read nothing from the device.
-
-Ordering: [`all_gather`][ragged.distributed.all_gather] concatenates the ranks' segments in rank order (rank 0's first);
-[`scatter`][ragged.distributed.scatter] and [`shard`][ragged.distributed.shard] give rank ``r`` the ``r``-th contiguous chunk. The global mean
-of a per-token loss is [`global_mean`][ragged.distributed.global_mean] (sums and counts all-reduced); see
-``docs/semantics.md`` (data loading).
-"""
+"""Collectives and sharding of RaggedArrays (the first half of ``ragged.distributed``)."""
 
 from __future__ import annotations
 
@@ -24,12 +11,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ._array import RaggedArray
-from ._errors import Func, type_error, typename, value_error
-from ._partition import Partition, RowPartition
-from ._registry import public
-
-__all__ = ["all_gather", "broadcast", "global_mean", "scatter", "shard", "shard_bounds"]
+from .._array import RaggedArray
+from .._errors import Func, type_error, typename, value_error
+from .._partition import Partition, RowPartition
+from .._registry import public
 
 Group = Any  # torch.distributed.ProcessGroup | None
 
