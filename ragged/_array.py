@@ -10,14 +10,19 @@ from torch import Tensor
 
 from . import _convert, _format, _indexing
 from ._axes import AxisNames, check_names
-from ._errors import type_error, value_error
-from ._partition import Partition
+from ._errors import type_error, typename, value_error
+from ._partition import Partition, deepcopy_fields
 from ._shape import RaggedShape
+from ._versions import Parameter, values_version
+
+_is_compiling = torch.compiler.is_compiling
 
 __all__ = ["RaggedArray"]
 
+_FUNC = "ragged.RaggedArray"
 
-@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False, init=False)
 class RaggedArray:
     """An immutable array of logical shape ``(B, L*, *inner)`` whose axis 1 is ragged.
 
@@ -33,8 +38,12 @@ class RaggedArray:
             return ragged.array([f(x.values[a:b]) for a, b in pairwise(x.offsets.tolist())])
 
     Build RaggedArrays with the validating factories (:func:`ragged.array`,
-    :func:`ragged.from_lengths`, :func:`ragged.from_offsets`, ...), not with this constructor,
-    which trusts its arguments.
+    :func:`ragged.from_lengths`, :func:`ragged.from_offsets`, ...). This constructor trusts the
+    partition's data and checks only what costs nothing: that ``values`` has one row per child
+    of the last level, and that its device is the partition's (the partition itself checks its
+    index tensors' dtypes, devices and sizes when it is built). Neither edits its tensors in
+    place afterwards: ops check the version counters recorded here (``docs/semantics.md``,
+    Immutability).
 
     Attributes:
         values: ``[total, *inner]`` tensor holding the segments back to back.
@@ -54,6 +63,65 @@ class RaggedArray:
     values: Tensor
     partition: Partition
     axes: AxisNames | None = None
+    # The version counter of ``values`` when built (``None``: not checked); ragged._versions.
+    _values_version: int | None = dataclasses.field(init=False, repr=False)
+
+    def __init__(self, values: Tensor, partition: Partition, axes: AxisNames | None = None) -> None:
+        # Written straight into __dict__ (the frozen dataclass's __setattr__ refuses, and
+        # object.__setattr__ costs more): this runs once per op on tiny inputs too.
+        state = self.__dict__
+        state["values"] = values
+        state["partition"] = partition
+        state["axes"] = axes
+        state["_values_version"] = None
+        if type(partition) is not Partition:
+            raise type_error(_FUNC, "partition", "must be a ragged.Partition", typename(partition))
+        cls = type(values)
+        if (cls is not Tensor and cls is not Parameter) or _is_compiling():
+            # Not a plain tensor: a pytree prefix for torch.func (``RaggedArray(0, p)`` as
+            # ``in_dims``), or a fake/functional tensor while tracing, where sizes are symbolic.
+            return
+        shape = values.shape
+        rows = partition._rows
+        # Leading batch dims are allowed: torch.func.vmap takes and returns such arrays.
+        if not shape or (shape[0] != rows and rows not in shape):
+            expected = f"must have one row per value of the partition ({rows})"
+            raise value_error(_FUNC, "values", expected, f"shape {tuple(shape)}")
+        if values.device != partition._device:
+            expected = f"must be on the partition's device {partition._device}"
+            raise value_error(_FUNC, "values", expected, values.device)
+        if not values.is_inference():  # inference tensors have no version counter
+            state["_values_version"] = values._version
+
+    @classmethod
+    def _rebuild(cls, values: Any, partition: Partition, axes: AxisNames | None) -> RaggedArray:
+        """The constructor without any check, for pytree unflattening: ``torch.func`` rebuilds
+        nodes around anything (batched outputs with extra leading dims, nested structures under
+        ``jacrev``, ints under ``vmap``, ``None`` under ``tree_map``)."""
+        x = object.__new__(cls)
+        state = x.__dict__
+        state["values"] = values
+        state["partition"] = partition
+        state["axes"] = axes
+        state["_values_version"] = values_version(values)
+        return x
+
+    # Pickling and copying: see ragged._serialization (loading validates; copies are trusted).
+    def __reduce__(self) -> tuple[Any, ...]:
+        from . import _serialization
+
+        return _serialization.reduce(self)
+
+    def __setstate__(self, state: Any) -> None:
+        from . import _serialization
+
+        _serialization.setstate(self, state)
+
+    def __copy__(self) -> RaggedArray:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RaggedArray:
+        return deepcopy_fields(self, memo)
 
     # --- structure -------------------------------------------------------------------------
 
