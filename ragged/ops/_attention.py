@@ -33,6 +33,7 @@ from .._array import RaggedArray
 from .._broadcast import _shape_text
 from .._errors import type_error, typename, value_error
 from .._partition import RowPartition
+from .._versions import check_unchanged
 from ..kernels import _attention_buckets as buckets
 from ..kernels._attention_op import bucketed_attention as bucketed_attention_op
 from ..kernels._attention_tiles import (
@@ -184,6 +185,7 @@ def _check_arrays(q: Any, k: Any, v: Any) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, RaggedArray):
             raise type_error(_FUNC, name, "must be a RaggedArray", typename(x))
+        check_unchanged(_FUNC, x, names=(name, ""))  # until the op registry (issue 9)
         if x.ragged_ndim != 1:
             raise NotImplementedError(f"{_FUNC}: `{name}` with more than one ragged axis.")
         if x.values.dim() != 3:

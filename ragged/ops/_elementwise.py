@@ -14,6 +14,7 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._broadcast import align, same_partition
+from .._versions import check_unchanged
 
 __all__ = [
     "abs",
@@ -46,10 +47,14 @@ __all__ = [
 ]
 
 _SCALARS = (int, float, bool, complex)
+_Y = ("y", "")
+_ARG = ("a RaggedArray argument", "")
 
 
 def binary(func: str, op: Callable[[Any, Any], Tensor], x: Any, y: Any) -> RaggedArray:
     """Apply a torch binary op to two operands, at least one of them a RaggedArray."""
+    # check_unchanged (ragged._versions): called here until the op registry (issue 9) calls it
+    # for every op.
     if type(x) is RaggedArray:
         if type(y) is RaggedArray:
             if (
@@ -57,10 +62,13 @@ def binary(func: str, op: Callable[[Any, Any], Tensor], x: Any, y: Any) -> Ragge
                 and y.axes == x.axes
                 and y.values.shape[1:] == x.values.shape[1:]
             ):
+                check_unchanged(func, x, y)
                 return RaggedArray(op(x.values, y.values), x.partition, x.axes)
         elif isinstance(y, _SCALARS):
+            check_unchanged(func, x)
             return RaggedArray(op(x.values, y), x.partition, x.axes)
     elif type(y) is RaggedArray and isinstance(x, _SCALARS):
+        check_unchanged(func, y, names=_Y)
         # torch ops take a number second only; a 0-d tensor promotes like a number.
         left = torch.as_tensor(x, device=y.values.device)
         return RaggedArray(op(left, y.values), y.partition, y.axes)
@@ -68,6 +76,10 @@ def binary(func: str, op: Callable[[Any, Any], Tensor], x: Any, y: Any) -> Ragge
         raise TypeError(
             f"{func}: one operand must be a RaggedArray, got {type(x).__name__} and {type(y).__name__}."
         )
+    if isinstance(x, RaggedArray):
+        check_unchanged(func, x, y if isinstance(y, RaggedArray) else None)
+    else:
+        check_unchanged(func, y, names=_Y)
     a, b, partition, axes = align(func, x, y)
     return RaggedArray(op(a, b), partition, axes)
 
@@ -75,6 +87,7 @@ def binary(func: str, op: Callable[[Any, Any], Tensor], x: Any, y: Any) -> Ragge
 def _unary(func: str, op: Callable[[Tensor], Tensor], x: Any) -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise TypeError(f"{func}: `x` must be a RaggedArray, got {type(x).__name__}.")
+    check_unchanged(func, x)
     return RaggedArray(op(x.values), x.partition, x.axes)
 
 
@@ -216,7 +229,8 @@ def where(condition: Any, x: Any, y: Any) -> RaggedArray:
     if not ragged_args:
         raise TypeError(f"{func}: one of `condition`, `x`, `y` must be a RaggedArray.")
     first = ragged_args[0]
-    for other in ragged_args[1:]:
+    for other in ragged_args:
+        check_unchanged(func, other, names=_ARG)
         if other.partition is not first.partition:
             same_partition(func, first, other)
     parts = [_as_values(func, a, first) for a in (condition, x, y)]
@@ -251,7 +265,8 @@ def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RaggedArray:
     if not ragged_args:
         raise TypeError(f"{func}: at least one positional argument must be a RaggedArray.")
     first = ragged_args[0]
-    for other in ragged_args[1:]:
+    for other in ragged_args:
+        check_unchanged(func, other, names=_ARG)
         if other.partition is not first.partition:
             same_partition(func, first, other)
     values = [_as_values(func, a, first) for a in args]

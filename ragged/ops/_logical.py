@@ -2,7 +2,8 @@
 ``argmax``, ``argmin``.
 
 They use the driver of ``ragged.ops._reduce`` (same axis rules); argmax/argmin give the first
-index of the extreme along one axis, -1 for empty segments.
+index of the extreme along one axis, -1 for empty segments; a segment holding NaN gives the
+index of its first NaN, as ``torch.argmax``/``torch.argmin`` (NaN counts as the extreme).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
+from .._versions import check_unchanged
 from ..kernels._segment import Segments, gather, segment_amax, segment_amin, segment_sum
 from ._grouping import group
 from ._reduce import Axis, _ragged_result, reduce
@@ -123,6 +125,7 @@ def _arg(
 ) -> Any:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    check_unchanged(func, x)  # until the op registry (issue 9)
     pick = torch.argmax if largest else torch.argmin
     if axis is None:
         return pick(x.values)  # flat index into values
@@ -145,6 +148,10 @@ def _arg(
     segments = grouping.segments
     best = (segment_amax if largest else segment_amin)(values, segments, 0)
     hit = values == gather(best, segments)
+    if values.is_floating_point():
+        # The extreme of a segment holding NaN is NaN (it propagates), and NaN equals nothing:
+        # mark the NaNs, so that the first of them is the answer, as in torch.argmax.
+        hit = hit | torch.isnan(values)
     positions = cast(Tensor, grouping.positions()).view(-1, *[1] * (values.dim() - 1))
     sentinel = torch.iinfo(torch.int64).max
     candidates = torch.where(hit, positions, sentinel)

@@ -19,6 +19,7 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
+from .._versions import check_unchanged
 from ..kernels._segment import gather, segment_softmax, segment_sum
 from ._grouping import group
 
@@ -28,6 +29,7 @@ __all__ = ["layer_norm", "log_softmax", "normalize", "rms_norm", "softmax"]
 def _check_float(func: str, x: Any) -> None:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    check_unchanged(func, x)  # until the op registry (issue 9)
     if not (x.dtype.is_floating_point or x.dtype.is_complex):
         raise type_error(func, "x", "must have a floating-point dtype", x.dtype)
 

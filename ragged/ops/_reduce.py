@@ -27,6 +27,7 @@ from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
 from .._partition import Partition, RowPartition
+from .._versions import check_unchanged
 from ..kernels._segment import Segments, segment_amax, segment_amin, segment_prod, segment_sum
 from ._grouping import group
 
@@ -90,6 +91,7 @@ def reduce(
     """
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    check_unchanged(func, x)  # until the op registry (issue 9)
     if not isinstance(keepdims, bool):
         raise type_error(func, "keepdims", "must be a bool", type(keepdims).__name__)
     axes = _normalize_axes(func, x, axis)
@@ -209,9 +211,10 @@ def sum(
     >>> ragged.sum(x)
     tensor(6.)
     """
-    if axis == 1 and type(x) is RaggedArray and not keepdims and fill_value is None:
+    if type(axis) is int and axis == 1 and type(x) is RaggedArray and not keepdims:
         levels = x.partition.levels
-        if len(levels) == 1:  # the common case, without the general driver (eager overhead)
+        if len(levels) == 1 and fill_value is None:  # the common case, without the driver
+            check_unchanged("ragged.sum", x)
             level = levels[0]
             segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
             return segment_sum(_promoted(x.values), segments)

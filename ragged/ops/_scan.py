@@ -65,6 +65,7 @@ from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
 from .._partition import RowPartition
+from .._versions import check_unchanged
 from ..kernels._scan import (  # noqa: F401
     BLOCK,
     LOGSUMEXP,
@@ -117,6 +118,7 @@ def _scan(
 ) -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    check_unchanged(func, x)  # until the op registry (issue 9)
     for name, flag in (("reverse", reverse), ("exclusive", exclusive)):
         if not isinstance(flag, bool):
             raise type_error(func, name, "must be a bool", type(flag).__name__)

@@ -42,6 +42,7 @@ from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, typename, value_error
 from .._partition import Partition, RowPartition
+from .._versions import check_unchanged
 from ..kernels._segment import Segments, segment_sum
 
 __all__ = ["argsort", "sort", "topk", "unique_consecutive"]
@@ -168,6 +169,7 @@ def _checked(func: str, x: Any, axis: int | str) -> int:
     """The sort axis of ``x`` (ragged or inner), after the checks every op here shares."""
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", typename(x))
+    check_unchanged(func, x)  # until the op registry (issue 9)
     if x.dtype not in _WIDTH:
         raise type_error(
             func, "x", f"must have a dtype among {', '.join(map(str, _WIDTH))}", x.dtype
