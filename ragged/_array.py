@@ -11,7 +11,7 @@ from torch import Tensor
 from . import _convert, _format, _indexing
 from ._axes import AxisNames, check_names
 from ._errors import type_error, typename, value_error
-from ._partition import Partition, deepcopy_fields
+from ._partition import Partition, Pickled
 from ._shape import RaggedShape
 from ._versions import Parameter, values_version
 
@@ -23,7 +23,7 @@ _FUNC = "ragged.RaggedArray"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False, init=False)
-class RaggedArray:
+class RaggedArray(Pickled):
     """An immutable array of logical shape ``(B, L*, *inner)`` whose axis 1 is ragged.
 
     Segment ``b`` is the dense tensor ``values[offsets[b]:offsets[b + 1]]`` of shape
@@ -105,23 +105,6 @@ class RaggedArray:
         state["axes"] = axes
         state["_values_version"] = values_version(values)
         return x
-
-    # Pickling and copying: see ragged._serialization (loading validates; copies are trusted).
-    def __reduce__(self) -> tuple[Any, ...]:
-        from . import _serialization
-
-        return _serialization.reduce(self)
-
-    def __setstate__(self, state: Any) -> None:
-        from . import _serialization
-
-        _serialization.setstate(self, state)
-
-    def __copy__(self) -> RaggedArray:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> RaggedArray:
-        return deepcopy_fields(self, memo)
 
     # --- structure -------------------------------------------------------------------------
 

@@ -33,8 +33,32 @@ from ._versions import stamp
 __all__ = ["Partition", "RowPartition"]
 
 
+class Pickled:
+    """Pickling and copying of the immutable ragged classes (RowPartition, Partition,
+    RaggedArray): loading checks everything (``ragged._serialization``, files are untrusted);
+    ``copy.copy`` returns the object itself and ``copy.deepcopy`` rebuilds it through its
+    constructor (copies in memory are trusted)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from . import _serialization  # imported late: it imports this module
+
+        return _serialization.reduce(self)
+
+    def __setstate__(self, state: Any) -> None:
+        from . import _serialization
+
+        _serialization.setstate(self, state)
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        fields = [f for f in dataclasses.fields(self) if f.init]  # type: ignore[arg-type]
+        return type(self)(*(copy.deepcopy(getattr(self, f.name), memo) for f in fields))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
-class RowPartition:
+class RowPartition(Pickled):
     """One ragged axis: parent row ``r`` owns the children ``offsets[r]:offsets[r + 1]``.
 
     Attributes:
@@ -208,19 +232,6 @@ class RowPartition:
     def __repr__(self) -> str:
         return f"RowPartition(num_rows={self.num_rows}, num_children={self.num_children})"
 
-    # Pickling and copying: see ragged._serialization (loading validates; copies are trusted).
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _reduce(self)
-
-    def __setstate__(self, state: Any) -> None:
-        _setstate(self, state)
-
-    def __copy__(self) -> RowPartition:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> RowPartition:
-        return deepcopy_fields(self, memo)
-
 
 def _row_ids(lengths: Tensor, total: int) -> Tensor:
     # `output_size` keeps repeat_interleave from reading `lengths.sum()` back to the host.
@@ -229,7 +240,7 @@ def _row_ids(lengths: Tensor, total: int) -> Tensor:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Partition:
+class Partition(Pickled):
     """The partition tree of a RaggedArray: one :class:`RowPartition` per ragged axis.
 
     A RaggedArray of logical shape ``(B, L*, *inner)`` has one level; ``(B, S*, T*, *inner)``
@@ -398,18 +409,6 @@ class Partition:
     def __repr__(self) -> str:
         return f"Partition(num_segments={self.num_segments}, levels={len(self.levels)})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _reduce(self)
-
-    def __setstate__(self, state: Any) -> None:
-        _setstate(self, state)
-
-    def __copy__(self) -> Partition:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Partition:
-        return deepcopy_fields(self, memo)
-
 
 _FUNC = "ragged.Partition"
 
@@ -452,22 +451,3 @@ def _check_level_sizes(level: RowPartition, name: str) -> None:
         raise value_error(_FUNC, name, expected, f"size {level.offsets.shape[0]}")
     if level.columns is not None:
         _check_level_sizes(level.columns, f"{name}.columns")
-
-
-def deepcopy_fields(obj: Any, memo: dict[int, Any]) -> Any:
-    """A deep copy of a frozen dataclass, rebuilt through its constructor (no validation:
-    the original is in memory, not in an untrusted file)."""
-    fields = [f for f in dataclasses.fields(obj) if f.init]
-    return type(obj)(*(copy.deepcopy(getattr(obj, f.name), memo) for f in fields))
-
-
-def _reduce(obj: Any) -> tuple[Any, ...]:
-    from . import _serialization  # imported late: it imports this module
-
-    return _serialization.reduce(obj)
-
-
-def _setstate(obj: Any, state: Any) -> None:
-    from . import _serialization
-
-    _serialization.setstate(obj, state)
