@@ -13,9 +13,10 @@ from ._axes import AxisNames, check_names
 from ._errors import type_error, typename, value_error
 from ._partition import Partition, Pickled
 from ._shape import RaggedShape
-from ._versions import Parameter, values_version
+from ._versions import Parameter
 
 _is_compiling = torch.compiler.is_compiling
+_inference_mode = torch.is_inference_mode_enabled
 
 __all__ = ["RaggedArray"]
 
@@ -39,9 +40,10 @@ class RaggedArray(Pickled):
 
     Build RaggedArrays with the validating factories (:func:`ragged.array`,
     :func:`ragged.from_lengths`, :func:`ragged.from_offsets`, ...). This constructor trusts the
-    partition's data and checks only what costs nothing: that ``values`` has one row per child
-    of the last level, and that its device is the partition's (the partition itself checks its
-    index tensors' dtypes, devices and sizes when it is built). Neither edits its tensors in
+    partition's data and checks only what costs nothing: that ``partition`` is a Partition and
+    ``values`` has one row per child of its last level (the partition itself checks its index
+    tensors' dtypes, devices and sizes when it is built; a ``values`` device that differs is
+    left to the first op, whose torch kernels reject it). Neither edits its tensors in
     place afterwards: ops check the version counters recorded here (``docs/semantics.md``,
     Immutability).
 
@@ -81,29 +83,35 @@ class RaggedArray(Pickled):
             # Not a plain tensor: a pytree prefix for torch.func (``RaggedArray(0, p)`` as
             # ``in_dims``), or a fake/functional tensor while tracing, where sizes are symbolic.
             return
-        shape = values.shape
         rows = partition._rows
         # Leading batch dims are allowed: torch.func.vmap takes and returns such arrays.
-        if not shape or (shape[0] != rows and rows not in shape):
+        if values.dim() == 0 or (values.shape[0] != rows and rows not in values.shape):
             expected = f"must have one row per value of the partition ({rows})"
-            raise value_error(_FUNC, "values", expected, f"shape {tuple(shape)}")
-        if values.device != partition._device:
-            expected = f"must be on the partition's device {partition._device}"
-            raise value_error(_FUNC, "values", expected, values.device)
-        if not values.is_inference():  # inference tensors have no version counter
-            state["_values_version"] = values._version
+            raise value_error(_FUNC, "values", expected, f"shape {tuple(values.shape)}")
+        if not _inference_mode():  # tensors made there have no version counter
+            try:  # noqa: SIM105  (contextlib.suppress costs a third of this constructor)
+                state["_values_version"] = values._version
+            except RuntimeError:  # an inference tensor made earlier
+                pass
 
     @classmethod
-    def _rebuild(cls, values: Any, partition: Partition, axes: AxisNames | None) -> RaggedArray:
-        """The constructor without any check, for pytree unflattening: ``torch.func`` rebuilds
-        nodes around anything (batched outputs with extra leading dims, nested structures under
-        ``jacrev``, ints under ``vmap``, ``None`` under ``tree_map``)."""
+    def _trusted(cls, values: Any, partition: Partition, axes: AxisNames | None) -> RaggedArray:
+        """The constructor without checks (it still records the version counter), for pytree
+        unflattening, where ``torch.func`` rebuilds nodes around anything (batched outputs with
+        extra leading dims, nested structures under ``jacrev``, ints under ``vmap``, ``None``
+        under ``tree_map``), and for the results of hot ops, which are valid by construction."""
         x = object.__new__(cls)
         state = x.__dict__
         state["values"] = values
         state["partition"] = partition
         state["axes"] = axes
-        state["_values_version"] = values_version(values)
+        state["_values_version"] = None
+        kind = type(values)
+        if (kind is Tensor or kind is Parameter) and not _is_compiling() and not _inference_mode():
+            try:  # noqa: SIM105  (values_version, inlined: this runs once per op)
+                state["_values_version"] = values._version
+            except RuntimeError:  # an inference tensor made earlier
+                pass
         return x
 
     # --- structure -------------------------------------------------------------------------
@@ -228,7 +236,7 @@ class RaggedArray(Pickled):
             names = self.axes
         else:
             names = check_names(func, axes, ndim)
-        return RaggedArray(values, self.partition, names)
+        return RaggedArray._trusted(values, self.partition, names)  # rows checked above
 
     def rename(self, *names: str | None, **mapping: str) -> RaggedArray:
         """The same array with new axis names (values and partition shared, not copied).

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import TYPE_CHECKING, NoReturn
 
 import torch
 from torch import Tensor
@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from ._array import RaggedArray
     from ._partition import Partition
 
-__all__ = ["check_unchanged", "stamp", "values_version"]
+__all__ = ["check_unchanged", "stamp"]
 
 _is_compiling = torch.compiler.is_compiling
-Parameter = torch.nn.Parameter
+Parameter = torch.nn.Parameter  # a plain tensor for the version checks (other subclasses: tracing)
 _version = operator.attrgetter("_version")
 
 EDITED = (
@@ -43,16 +43,6 @@ EDITED = (
     "array instead, e.g. {param}.with_values(new_values) for new values or ragged.from_lengths / "
     "ragged.from_offsets for a new partition"
 )
-
-
-def values_version(values: object) -> int | None:
-    """The version counter of ``values``, or ``None`` where it cannot be read or checked."""
-    cls = type(values)
-    # Other subclasses (fake, functional, proxy tensors) appear while tracing.
-    if (cls is not Tensor and cls is not Parameter) or _is_compiling():
-        return None
-    tensor = cast(Tensor, values)
-    return None if tensor.is_inference() else tensor._version
 
 
 def stamp(tensors: Sequence[Tensor]) -> int | None:
@@ -70,13 +60,7 @@ def stamp(tensors: Sequence[Tensor]) -> int | None:
 def _moved(partition: Partition) -> bool:
     """Whether an index tensor of ``partition`` was edited since it was built."""
     recorded = partition._stamp
-    if recorded is None:
-        return False
-    watch = partition._watch
-    if len(watch) == 3:  # one level: the common case, unrolled
-        a, b, c = watch
-        return a._version + b._version + c._version != recorded
-    return sum(map(_version, watch)) != recorded
+    return recorded is not None and sum(map(_version, partition._watch)) != recorded
 
 
 def check_unchanged(
@@ -103,8 +87,16 @@ def check_unchanged(
     if recorded is not None and x.values._version != recorded:
         _edited(func, names[0], x, values=True)
     partition = x.partition
-    if _moved(partition):
-        _edited(func, names[0], x, values=False)
+    recorded = partition._stamp
+    if recorded is not None:
+        watch = partition._watch
+        if len(watch) == 3:  # one level: the common case, unrolled
+            a, b, c = watch
+            moved = a._version + b._version + c._version != recorded
+        else:
+            moved = sum(map(_version, watch)) != recorded
+        if moved:
+            _edited(func, names[0], x, values=False)
     if y is not None:
         recorded = y._values_version
         if recorded is not None and y.values._version != recorded:
