@@ -66,7 +66,8 @@ class RowPartition(Pickled):
         lengths: int64 ``[num_rows]``, ``offsets.diff()``.
         row_ids: int64 ``[num_children]``, the parent row of each child (sorted).
         max_length: the exact maximum of ``lengths`` as a Python int, or ``None`` when it is
-            not known without reading device memory. It is static metadata: under
+            not known without reading device memory (a product level may hold its columns'
+            maximum instead, an upper bound). It is static metadata: under
             ``torch.compile(dynamic=True)`` it becomes a symbolic size.
         sum_squares: the exact ``sum(lengths ** 2)`` as a Python int, or ``None``: the number of
             pairs of a pair map over this level, so that building one needs no host sync.
