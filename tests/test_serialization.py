@@ -264,8 +264,4 @@ def test_torch_load_without_import_ragged_says_import_ragged(tmp_path):
     )
     assert done.returncode != 0
     assert "import_ragged_before_torch_load" in done.stderr
-    code = f"import torch, ragged; print(torch.load({str(path)!r}).to_list())"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.strip() == "[[1.0, 2.0], [3.0]]"
+    assert torch.load(path).to_list() == [[1.0, 2.0], [3.0]]  # here ragged is imported
