@@ -88,15 +88,13 @@ def _index_arg(
     )
 
 
-def _readable(func: str, param: str, t: Tensor) -> None:
+def readable(
+    func: str, param: str, t: Tensor, remedy: str = "pass validate=False, or a list"
+) -> None:
     """Checks that read ``t`` need its data: a meta tensor has none."""
     if t.device.type == "meta":
-        raise value_error(
-            func,
-            param,
-            "must hold data to validate (pass validate=False, or a list, for meta tensors)",
-            "a tensor on the meta device",
-        )
+        expected = f"must hold data to read ({remedy}, for meta tensors)"
+        raise value_error(func, param, expected, "a tensor on the meta device")
 
 
 def _first(mask: Tensor) -> int:
@@ -136,7 +134,7 @@ def _checked_lengths(
     ``[0, total]`` an int64 sum cannot wrap unless ``B * total`` reaches ``2**63``, and then a
     float64 sum decides.
     """
-    _readable(func, param, lengths)
+    readable(func, param, lengths)
     if not lengths.numel():
         if total != 0:
             raise value_error(func, param, f"must sum to {total_text} = {total}", "sum 0")
@@ -260,7 +258,7 @@ def from_offsets(
         squares = sum(n * n for n in steps)
         level = RowPartition.from_offsets(offsets_t, total, max(steps, default=0), squares)
     elif _checking(validate):
-        _readable(func, "offsets", offsets_t)
+        readable(func, "offsets", offsets_t)
         steps_t = torch.diff(offsets_t)
         if steps_t.numel() == 0:
             steps_t = offsets_t.new_zeros(1)
@@ -362,7 +360,7 @@ def segment_ids_level(func: str, param: str, ids: Tensor, num: int, check: bool)
         return RowPartition.from_unchecked_row_ids(ids, num)
     if total == 0:
         return RowPartition.from_row_ids(ids.clone(), num, 0, 0)
-    _readable(func, param, ids)
+    readable(func, param, ids)
     unsorted = (ids[1:] < ids[:-1]).to(torch.int64)  # compared, not diffed: no wrap-around
     lengths = torch.bincount(ids.clamp(0, max(num - 1, 0)), minlength=num)
     low, high, unsorted_n, longest, squares = torch.stack(
@@ -463,6 +461,7 @@ def _padded_level(
             raise type_error(func, "mask", "must be a bool Tensor", typename(mask))
         if tuple(mask.shape) != (num, width):
             raise value_error(func, "mask", f"must have shape ({num}, {width})", tuple(mask.shape))
+        readable(func, "mask", mask, "pass lengths as a list")
         lengths_t = mask.sum(1)
         prefix = torch.arange(width, device=mask.device) < lengths_t[:, None]
         bad_rows = (prefix != mask).any(1)
@@ -481,7 +480,7 @@ def _padded_level(
         lengths_t = torch.full((num,), width, dtype=torch.int64, device=device)
         host = [width] * num
     if host is None:
-        _readable(func, "mask" if mask is not None else "lengths", lengths_t)
+        readable(func, "lengths", lengths_t, "pass lengths as a list")
         stats = (
             torch.stack(
                 [lengths_t.min(), lengths_t.max(), lengths_t.sum(), (lengths_t * lengths_t).sum()]

@@ -23,7 +23,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ._array import RaggedArray
 from ._errors import type_error, typename, value_error
-from ._factories import segment_ids_level
+from ._factories import readable, segment_ids_level
 from ._partition import Partition, RowPartition
 
 if TYPE_CHECKING:
@@ -364,8 +364,11 @@ def from_pyg(
     ):
         raise type_error(func, "num_graphs", "must be a non-negative int or None", repr(num_graphs))
     ids = batch.to(torch.int64)
-    # num_graphs=None: the one extra read
-    num = (max(int(ids[-1]) + 1, 0) if total else 0) if num_graphs is None else num_graphs
+    if num_graphs is None and total:  # the one extra read
+        readable(func, "batch", ids, "pass num_graphs, and validate=False")
+        num = max(int(ids[-1]) + 1, 0)
+    else:
+        num = num_graphs or 0
     level = segment_ids_level(func, "batch", ids, num, validate)
     return RaggedArray(x, Partition((level,)))
 

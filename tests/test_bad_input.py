@@ -398,8 +398,8 @@ TORCH_INTERNALS = [
             torch.zeros(5, device="meta"), torch.tensor([2, 3], device="meta")
         ),
         ValueError,
-        "ragged.from_lengths: `lengths` must hold data to validate (pass validate=False, or a "
-        "list, for meta tensors), got a tensor on the meta device.",
+        "ragged.from_lengths: `lengths` must hold data to read (pass validate=False, or a list, "
+        "for meta tensors), got a tensor on the meta device.",
     ),
     (
         lambda: ragged.sort(ragged.array([[3, 1], [2]], dtype=torch.uint16)),
@@ -460,6 +460,24 @@ TORCH_INTERNALS = [
 def test_errors_are_ours(make, error, message):
     with raises(error, message):
         make()
+
+
+def test_meta_index_tensors_say_what_to_pass():
+    meta = torch.ones(2, 3, device="meta")
+    with raises(
+        ValueError,
+        "ragged.from_padded: `mask` must hold data to read (pass lengths as a list, for meta "
+        "tensors), got a tensor on the meta device.",
+    ):
+        ragged.from_padded(meta, mask=meta.bool())
+    batch = torch.zeros(3, dtype=torch.int64, device="meta")
+    with raises(
+        ValueError,
+        "ragged.from_pyg: `batch` must hold data to read (pass num_graphs, and validate=False, "
+        "for meta tensors), got a tensor on the meta device.",
+    ):
+        ragged.from_pyg(meta[0], batch)
+    assert ragged.from_pyg(meta[0], batch, 1, validate=False).num_segments == 1
 
 
 def test_meta_arrays_build_with_host_lengths_or_validate_false():
