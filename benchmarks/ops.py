@@ -40,6 +40,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -465,7 +466,11 @@ def copy_bandwidth(d: Data, repeat: int, metric: str) -> dict[str, float]:
     return {k: moved / t.median(metric) / 1e9 for k, t in times.items()}
 
 
-def eager_overhead(number: int, repeat: int, metric: str, device: torch.device) -> Table:
+def tiny_cases(
+    device: torch.device,
+) -> list[tuple[str, Callable[[], Any], str, Callable[[], Any], Any]]:
+    """The eager-overhead cases: ``(label, ragged job, torch label, torch job, extra)`` on tiny
+    inputs (B=4, lengths [3, 8, 1, 5], D=8); ``extra`` is a second, looser torch baseline."""
     gen = torch.Generator().manual_seed(3)
     lengths = [3, 8, 1, 5]
     values = torch.randn(sum(lengths), 8, generator=gen).to(device)
@@ -473,7 +478,7 @@ def eager_overhead(number: int, repeat: int, metric: str, device: torch.device) 
     x = ragged.from_lengths(values, lengths)
     y = x.with_values(other)
     ids = x.partition.levels[0].row_ids
-    cases = [
+    return [
         ("x + y (same partition)", lambda: x + y, "values + other", lambda: values + other, None),
         (
             "ragged.sum(x, axis=1)",
@@ -483,6 +488,10 @@ def eager_overhead(number: int, repeat: int, metric: str, device: torch.device) 
             ("values.sum(0)", lambda: values.sum(0)),
         ),
     ]
+
+
+def eager_overhead(number: int, repeat: int, metric: str, device: torch.device) -> Table:
+    cases = tiny_cases(device)
     table = Table(
         "Eager overhead on tiny inputs (B=4, lengths [3, 8, 1, 5], D=8)",
         ["op", "ragged us", "plain torch", "torch us", "ratio", "target <= 3x"],

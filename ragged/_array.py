@@ -10,17 +10,21 @@ from torch import Tensor
 
 from . import _convert, _format
 from ._axes import AxisNames, check_names
-from ._errors import name_of, type_error, value_error
-from ._partition import Partition
+from ._errors import name_of, type_error, typename, value_error
+from ._partition import Partition, Pickled
 from ._registry import public
 from ._shape import RaggedShape
+from ._versions import Parameter
+
+_is_compiling = torch.compiler.is_compiling
+_inference_mode = torch.is_inference_mode_enabled
 
 __all__ = ["RaggedArray"]
 
 
 @public("arrays")
-@dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class RaggedArray:
+@dataclasses.dataclass(frozen=True, eq=False, repr=False, init=False)
+class RaggedArray(Pickled):
     """An immutable array of logical shape ``(B, L*, *inner)`` whose axis 1 is ragged.
 
     Segment ``b`` is the dense tensor ``values[offsets[b]:offsets[b + 1]]`` of shape
@@ -37,8 +41,13 @@ class RaggedArray:
     ```
 
     Build RaggedArrays with the validating factories ([`ragged.array`][ragged.array],
-    [`ragged.from_lengths`][ragged.from_lengths], [`ragged.from_offsets`][ragged.from_offsets], ...), not with this constructor,
-    which trusts its arguments.
+    [`ragged.from_lengths`][ragged.from_lengths], [`ragged.from_offsets`][ragged.from_offsets], ...). This constructor trusts the
+    partition's data and checks only what costs nothing: that ``partition`` is a Partition and
+    ``values`` has one row per child of its last level (the partition itself checks its index
+    tensors' dtypes, devices and sizes when it is built; a ``values`` device that differs is
+    left to the first op, whose torch kernels reject it). Neither edits its tensors in
+    place afterwards: ops check the version counters recorded here (``docs/semantics.md``,
+    Immutability).
 
     Attributes:
         values: ``[total, *inner]`` tensor holding the segments back to back.
@@ -58,6 +67,56 @@ class RaggedArray:
     values: Tensor
     partition: Partition
     axes: AxisNames | None = None
+    # The version counter of ``values`` when built (``None``: not checked); ragged._versions.
+    _values_version: int | None = dataclasses.field(init=False, repr=False)
+
+    def __init__(self, values: Tensor, partition: Partition, axes: AxisNames | None = None) -> None:
+        # Written straight into __dict__ (the frozen dataclass's __setattr__ refuses, and
+        # object.__setattr__ costs more): this runs once per op on tiny inputs too.
+        state = self.__dict__
+        state["values"] = values
+        state["partition"] = partition
+        state["axes"] = axes
+        state["_values_version"] = None
+        if type(partition) is not Partition:
+            raise type_error(
+                RaggedArray, "partition", "must be a ragged.Partition", typename(partition)
+            )
+        cls = type(values)
+        if (cls is not Tensor and cls is not Parameter) or _is_compiling():
+            # Not a plain tensor: a pytree prefix for torch.func (``RaggedArray(0, p)`` as
+            # ``in_dims``), or a fake/functional tensor while tracing, where sizes are symbolic.
+            return
+        rows = partition._rows
+        # Leading batch dims are allowed: torch.func.vmap takes and returns such arrays.
+        if values.dim() == 0 or (values.shape[0] != rows and rows not in values.shape):
+            expected = f"must have one row per value of the partition ({rows})"
+            raise value_error(RaggedArray, "values", expected, f"shape {tuple(values.shape)}")
+        if not _inference_mode():  # tensors made there have no version counter
+            try:  # noqa: SIM105  (contextlib.suppress costs a third of this constructor)
+                state["_values_version"] = values._version
+            except RuntimeError:  # an inference tensor made earlier
+                pass
+
+    @classmethod
+    def _trusted(cls, values: Any, partition: Partition, axes: AxisNames | None) -> RaggedArray:
+        """The constructor without checks (it still records the version counter), for pytree
+        unflattening, where ``torch.func`` rebuilds nodes around anything (batched outputs with
+        extra leading dims, nested structures under ``jacrev``, ints under ``vmap``, ``None``
+        under ``tree_map``), and for the results of hot ops, which are valid by construction."""
+        x = object.__new__(cls)
+        state = x.__dict__
+        state["values"] = values
+        state["partition"] = partition
+        state["axes"] = axes
+        state["_values_version"] = None
+        kind = type(values)
+        if (kind is Tensor or kind is Parameter) and not _is_compiling() and not _inference_mode():
+            try:  # noqa: SIM105  (values_version, inlined: this runs once per op)
+                state["_values_version"] = values._version
+            except RuntimeError:  # an inference tensor made earlier
+                pass
+        return x
 
     # --- structure -------------------------------------------------------------------------
 
@@ -168,7 +227,7 @@ class RaggedArray:
             names = self.axes
         else:
             names = check_names(func, axes, ndim)
-        return RaggedArray(values, self.partition, names)
+        return RaggedArray._trusted(values, self.partition, names)  # rows checked above
 
     def rename(self, *names: str | None, **mapping: str) -> RaggedArray:
         """The same array with new axis names (values and partition shared, not copied).

@@ -75,5 +75,7 @@ def typename(obj: Any) -> str:
     import torch
 
     if isinstance(obj, torch.Tensor):
+        if obj.is_nested:  # a strided nested tensor has no shape to show
+            return f"nested Tensor(layout={obj.layout}, dtype={obj.dtype})"
         return f"Tensor(shape={tuple(obj.shape)}, dtype={obj.dtype})"
     return type(obj).__name__

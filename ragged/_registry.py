@@ -16,7 +16,12 @@ section. From these declarations come:
 * the coverage tests (``tests/test_registry.py``): a public callable that is not declared, or a
   declared op without an op-table entry, fails the suite.
 
-The decorators return the function itself (no wrapper, no per-call cost).
+``@public`` returns its object unchanged. ``@op`` returns the function itself when the op checks
+its arguments' version counters on its own hot path (``checks=True``: the elementwise ops, the
+reductions, normalisations, scans and sorts, whose drivers check after their fast-path dispatch),
+and otherwise a thin wrapper that checks every RaggedArray argument before the call (in eager
+mode only; ``ragged._versions``: RaggedArrays are immutable, and an in-place edit of their
+tensors raises instead of giving wrong results).
 
 >>> import ragged
 >>> spec = ragged._registry.lookup(ragged.sum)
@@ -28,11 +33,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import torch
+
 from ._axes import AxisRule
+from ._versions import check_unchanged
 
 __all__ = [
     "FAMILIES",
@@ -181,6 +190,7 @@ def op(
     methods: tuple[str, ...] = (),
     name: str | None = None,
     namespace: str = "ragged",
+    checks: bool = False,
 ) -> Callable[[T], T]:
     """Declare a public op ``ragged.<name>`` (the function's own name by default).
 
@@ -194,26 +204,62 @@ def op(
         name: the public name, if not the function's.
         namespace: where users find it: ``ragged`` for functions, ``RaggedArray`` for an op that
             is only a method (``x[...]``).
+        checks: the op checks its RaggedArray arguments' version counters itself; otherwise
+            the declaration wraps it in a check (see the module docstring).
     """
     if family not in FAMILIES:
         raise ValueError(f"unknown op family {family!r}")
 
     def declare(fn: T) -> T:
         public_name = name or fn.__name__  # type: ignore[attr-defined]
-        spec = OpSpec(
-            public_name,
-            namespace,
-            fn,
-            family,
-            rule,
-            _parse_args(public_name, fn, args),  # type: ignore[arg-type]
-            torch,
-            methods,
-        )
+        declared = _parse_args(public_name, fn, args)  # type: ignore[arg-type]
+        obj = fn if checks else _checked(fn, declared)  # type: ignore[arg-type]
+        spec = OpSpec(public_name, namespace, obj, family, rule, declared, torch, methods)
         _register(spec)
-        return fn
+        return obj  # type: ignore[return-value]
 
     return declare
+
+
+# Argument kinds that can hold RaggedArrays (``arrays``: a sequence of them).
+_RAGGED_KINDS = frozenset({"ragged", "operand", "index", "arrays", "any"})
+_is_compiling = torch.compiler.is_compiling
+
+
+def _checked(fn: Callable[..., Any], declared: tuple[Arg, ...]) -> Callable[..., Any]:
+    """``fn`` behind a check of its RaggedArray arguments' version counters (eager only)."""
+    params = list(inspect.signature(fn).parameters.values())
+    targets = []  # (position or None for keyword-only, name, is *args)
+    for k, (arg, param) in enumerate(zip(declared, params, strict=True)):
+        if arg.kind not in _RAGGED_KINDS or param.kind is inspect.Parameter.VAR_KEYWORD:
+            continue
+        positional = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
+        star = param.kind is inspect.Parameter.VAR_POSITIONAL
+        targets.append((k if positional or star else None, arg.name, star))
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if not _is_compiling():
+            for position, name, star in targets:
+                if star:
+                    value: Any = args[position:]
+                elif position is not None and position < len(args):
+                    value = args[position]
+                else:
+                    value = kwargs.get(name)
+                _check_value(checked, name, value)
+        return fn(*args, **kwargs)
+
+    return checked
+
+
+def _check_value(func: Any, name: str, value: Any) -> None:
+    if hasattr(value, "_values_version"):  # a RaggedArray (the core cannot import the class)
+        check_unchanged(func, value, names=(name, ""))
+    elif isinstance(value, (list, tuple)):
+        for k, item in enumerate(value):
+            if hasattr(item, "_values_version"):
+                check_unchanged(func, item, names=(f"{name}[{k}]", ""))
 
 
 def public(section: str, *, namespace: str = "ragged", name: str | None = None) -> Callable[[T], T]:

@@ -29,6 +29,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ._array import RaggedArray
 from ._errors import Func, name_of, type_error, typename, value_error
+from ._factories import readable, segment_ids_level
 from ._partition import Partition, RowPartition
 from ._registry import public
 
@@ -502,8 +503,9 @@ def from_pyg(
         num_graphs: the number of graphs. ``None`` reads ``batch[-1] + 1`` once (one host
             sync); graphs after the last node's graph are then lost, so pass it when the batch
             can end with empty graphs (``Batch.num_graphs``).
-        validate: check that ``batch`` is sorted and in range (one small read from the device;
-            shared with the read of ``num_graphs``).
+        validate: check that ``batch`` is sorted and in range (one small read from the
+            device). With ``validate=False`` an unsorted ``batch`` gives wrong graphs (each
+            graph gets as many rows as ids name it), never an out-of-bounds access.
 
     >>> import ragged, torch
     >>> ragged.from_pyg(torch.arange(3.0), torch.tensor([0, 0, 2])).to_list()
@@ -541,22 +543,12 @@ def from_pyg(
     ):
         raise type_error(func, "num_graphs", "must be a non-negative int or None", repr(num_graphs))
     ids = batch.to(torch.int64)
-    if total and (validate or num_graphs is None):
-        steps = torch.diff(ids) if total > 1 else ids.new_zeros(1)
-        first, last, min_step = torch.stack([ids[0], ids[-1], steps.min()]).tolist()
-        num = last + 1 if num_graphs is None else num_graphs
-        if validate:
-            if min_step < 0:
-                at = int(torch.argmin(steps)) + 1
-                got = f"batch[{at}] = {int(ids[at])} < batch[{at - 1}] = {int(ids[at - 1])}"
-                raise value_error(func, "batch", "must be sorted (non-decreasing)", got)
-            if first < 0 or last >= num:
-                raise value_error(
-                    func, "batch", f"must be in [0, {num})", f"graph {first if first < 0 else last}"
-                )
+    if num_graphs is None and total:  # the one extra read
+        readable(func, "batch", ids, "pass num_graphs, and validate=False")
+        num = max(int(ids[-1]) + 1, 0)
     else:
-        num = 0 if num_graphs is None else num_graphs
-    level = RowPartition.from_row_ids(ids, num, None if total else 0)
+        num = num_graphs or 0
+    level = segment_ids_level(func, "batch", ids, num, validate)
     return RaggedArray(x, Partition((level,)))
 
 

@@ -260,7 +260,7 @@ def test_pyg_errors():
     ):
         ragged.from_pyg(torch.zeros(2), torch.tensor([1, 0]))
     with pytest.raises(
-        ValueError, match=re.escape("ragged.from_pyg: `batch` must be in [0, 2), got graph 3.")
+        ValueError, match=re.escape("ragged.from_pyg: `batch` must be in [0, 2), got id 3.")
     ):
         ragged.from_pyg(torch.zeros(2), torch.tensor([0, 3]), num_graphs=2)
 

@@ -208,3 +208,18 @@ def test_axis_names_follow_the_rule(op_id: str) -> None:
         _check_names(info, named, out)
         checked += 1
     assert checked, f"{op_id}: no sample could be checked on named inputs"
+
+
+# --- immutability: every op refuses an array whose tensors were edited in place ---------------
+
+
+@pytest.mark.parametrize("op_id", list(BY_ID))
+def test_in_place_edits_are_caught(op_id: str) -> None:
+    info = BY_ID[op_id]
+    gen = torch.Generator().manual_seed(0)
+    sample = info.samples([2, 0, 3], gen, torch.float64, "contiguous")[0]
+    info.op(*sample.call_args(), **sample.kwargs)  # fine before the edit
+    target = _arrays(sample.args)[0]
+    target.values.copy_(target.values.clone())  # an in-place write: bumps the version counter
+    with pytest.raises(ValueError, match="was modified in place after it was built"):
+        info.op(*sample.call_args(), **sample.kwargs)

@@ -7,6 +7,12 @@ with tensor collectives (``all_gather``, ``broadcast``, ``scatter``) on the valu
 buffers are padded to the largest rank where the collective needs equal sizes. Results record
 their maximum length, so later ``to_padded``/``to_mask`` calls read nothing from the device.
 
+Errors: a rank whose arguments are wrong must not leave the others waiting in a collective
+(until the process group's timeout, 30 minutes by default). So each collective first runs its
+local checks on every rank and exchanges the outcome in its first metadata exchange (one
+``all_gather_object``); if any rank failed, every rank raises there, the failing rank its own
+error and the others a ``ValueError`` (``TypeError``) naming that rank and its error.
+
 Ordering: [`all_gather`][ragged.distributed.all_gather] concatenates the ranks' segments in rank order (rank 0's first);
 [`scatter`][ragged.distributed.scatter] and [`shard`][ragged.distributed.shard] give rank ``r`` the ``r``-th contiguous chunk. The global mean
 of a per-token loss is [`global_mean`][ragged.distributed.global_mean] (sums and counts all-reduced); see

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._errors import Func, type_error, typename, value_error
+from .._errors import Func, name_of, type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import public
 
@@ -36,6 +36,40 @@ def _meta(x: RaggedArray) -> _Meta:
     return _Meta(
         x.num_segments, x.values.shape[0], level.max_length, x.dtype, tuple(x.inner_shape), x.axes
     )
+
+
+def _handshake(func: Func, prepare: Callable[[], Any], group: Group) -> list[Any]:
+    """Every rank's ``prepare()``, exchanged in one ``all_gather_object`` (group rank order).
+
+    A rank whose ``prepare`` raises still takes part, with its error in place of a result;
+    then every rank raises, so that none is left waiting in a later collective.
+    """
+    error: Exception | None = None
+    try:
+        local: tuple[str, Any] = ("ok", prepare())
+    except Exception as err:  # reported to every rank, then re-raised here
+        error = err
+        local = (type(err).__name__, str(err).rstrip("."))
+    headers: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(headers, local, group=group)
+    if error is not None:
+        raise error
+    for rank, (status, payload) in enumerate(headers):
+        if status != "ok":
+            cls = TypeError if status == "TypeError" else ValueError
+            raise cls(
+                f"{name_of(func)}: rank {rank} failed before communicating ({status}: {payload})."
+            )
+    return [payload for _, payload in headers]
+
+
+def _receiver_device(device: torch.device | str | None, group: Group) -> torch.device:
+    return torch.device(device) if device is not None else _default_device(group)
+
+
+def _group_rank(rank: int, group: Group) -> int:
+    """The rank in ``group`` of the global ``rank``."""
+    return rank if group is None else dist.get_group_rank(group, rank)
 
 
 def _check_array(func: Func, x: object) -> RaggedArray:
@@ -82,13 +116,16 @@ def all_gather(x: RaggedArray, group: Group = None) -> RaggedArray:
         ValueError: ranks disagree on dtype, inner shape or axis names (raised on every rank).
     """
     func = all_gather
-    x = _check_array(func, x)
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
-    local = dataclasses.replace(_meta(x), max_length=x.partition.max_length())
-    metas: list[Any] = [None] * world
-    dist.all_gather_object(metas, local, group=group)
+
+    def prepare() -> _Meta:
+        checked = _check_array(func, x)
+        return dataclasses.replace(_meta(checked), max_length=checked.partition.max_length())
+
+    metas = _handshake(func, prepare, group)
     _check_agree(func, metas, ("dtype", "inner", "axes"))
+    assert isinstance(x, RaggedArray)
     max_num = max(m.num for m in metas)
     max_total = max(m.total for m in metas)
     lengths_out = [x.lengths.new_empty(max_num) for _ in range(world)]
@@ -132,15 +169,17 @@ def broadcast(
     """
     func = broadcast
     is_src = dist.get_rank() == src
-    if is_src:
-        x = _check_array(func, x)
-    box: list[Any] = [_meta(x) if is_src and x is not None else None]
-    dist.broadcast_object_list(box, src=src, group=group)
-    meta: _Meta = box[0]
+
+    def prepare() -> _Meta | torch.device:
+        return _meta(_check_array(func, x)) if is_src else _receiver_device(device, group)
+
+    # One all_gather_object (not broadcast_object_list): receivers' errors reach src too.
+    header = _handshake(func, prepare, group)
+    meta: _Meta = header[_group_rank(src, group)]
     if is_src and x is not None:
         lengths, values = x.lengths.contiguous(), x.values.detach().contiguous()
     else:
-        where = torch.device(device) if device is not None else _default_device(group)
+        where = header[dist.get_rank(group)]
         lengths = torch.empty(meta.num, dtype=torch.int64, device=where)
         values = torch.empty((meta.total, *meta.inner), dtype=meta.dtype, device=where)
     dist.broadcast(lengths, src=src, group=group)
@@ -175,23 +214,25 @@ def scatter(
     world = dist.get_world_size(group)
     is_src = dist.get_rank() == src
     chunks: list[RaggedArray] = []
-    plans: list[Any] | None = None
-    if is_src:
-        x = _check_array(func, x)
-        host = x.lengths.tolist()
+
+    def prepare() -> list[Any] | torch.device:
+        if not is_src:
+            return _receiver_device(device, group)
+        checked = _check_array(func, x)
+        host = checked.lengths.tolist()
         bounds = shard_bounds(host, world)
-        chunks = [_slice(x, host, a, b) for a, b in itertools.pairwise(bounds)]
+        chunks.extend(_slice(checked, host, a, b) for a, b in itertools.pairwise(bounds))
         metas = [_meta(c) for c in chunks]
         # `scatter` needs equal sizes: every rank also learns the largest chunk's.
         sizes = (max(m.num for m in metas), max(m.total for m in metas))
-        plans = [(m, *sizes) for m in metas]
-    box: list[Any] = [None]
-    dist.scatter_object_list(box, plans, src=src, group=group)
-    meta, max_num, max_total = box[0]
-    if is_src:
-        where = chunks[0].device
-    else:
-        where = torch.device(device) if device is not None else _default_device(group)
+        return [(m, *sizes) for m in metas]
+
+    # One all_gather_object (not scatter_object_list): receivers' errors reach src too; every
+    # rank gets every plan (a few ints each).
+    header = _handshake(func, prepare, group)
+    rank = dist.get_rank(group)
+    meta, max_num, max_total = header[_group_rank(src, group)][rank]
+    where = chunks[0].device if is_src else header[rank]
     lengths = torch.empty(max_num, dtype=torch.int64, device=where)
     values = torch.empty((max_total, *meta.inner), dtype=meta.dtype, device=where)
     lengths_in = [_padded(c.lengths, max_num) for c in chunks] if is_src else None
@@ -307,13 +348,24 @@ def global_mean(
         count: this rank's number of tokens (an int or a tensor broadcastable to ``loss_sum``).
         group: the process group.
         ddp: scale the gradient for DDP's averaging.
+
+    A rank whose arguments are wrong still joins the ``all_reduce`` (with NaN, shaped as for a
+    scalar ``loss_sum``) before it raises, so the other ranks get NaN rather than wait; this
+    function adds no exchange to check arguments (it runs every step).
     """
     func = global_mean
-    if not isinstance(loss_sum, Tensor):
-        raise type_error(func, "loss_sum", "must be a Tensor", typename(loss_sum))
-    count_t = torch.as_tensor(count, device=loss_sum.device)
-    count_t = count_t.detach().to(torch.float64).expand(loss_sum.shape)
-    local = torch.cat([loss_sum.detach().to(torch.float64).reshape(-1), count_t.reshape(-1)])
+    try:
+        if not isinstance(loss_sum, Tensor):
+            raise type_error(func, "loss_sum", "must be a Tensor", typename(loss_sum))
+        count_t = torch.as_tensor(count, device=loss_sum.device)
+        count_t = count_t.detach().to(torch.float64).expand(loss_sum.shape)
+        local = torch.cat([loss_sum.detach().to(torch.float64).reshape(-1), count_t.reshape(-1)])
+    except Exception:
+        # Still join the all_reduce (as for a scalar loss, the usual case), with NaN: the other
+        # ranks get NaN instead of waiting for this rank until the timeout.
+        nan = torch.full((2,), torch.nan, dtype=torch.float64, device=_default_device(group))
+        dist.all_reduce(nan, group=group)
+        raise
     dist.all_reduce(local, group=group)
     size = loss_sum.numel()
     total, global_count = local[:size].view(loss_sum.shape), local[size:].view(loss_sum.shape)

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.utils._pytree as pytree
@@ -26,7 +26,7 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import transformed
 from .._broadcast import same_partition
-from .._errors import multi_level, name_of, type_error, value_error
+from .._errors import multi_level, name_of, type_error, typename, value_error
 from .._partition import Partition
 from .._registry import public
 from ._collectives import _Pass, collective_pass, combine
@@ -118,7 +118,11 @@ def vmap(
     ``out_axes``); anything else (e.g. ``(L_b, L_b)``) is an error. When the batch cannot tell
     (every segment has the same length ``L`` and an output has leading size ``L``), ``f`` is
     called once more on one segment shortened by a row to see whether that size follows the
-    length; ``out_ragged`` decides without the probe.
+    length; ``out_ragged`` decides without the probe. With no segment to call ``f`` on (zero
+    segments, or only empty ones and ``fill_empty``), ``f`` runs once on a probe segment to learn
+    the outputs' shapes: zero rows, or one row of zeros when ``f`` rejects empty segments (or
+    with ``fill_empty``). Outputs whose leading size is the probe's length come back ragged and
+    empty, the others dense with ``B`` entries.
 
     Returns:
         The mapped function.
@@ -132,6 +136,8 @@ def vmap(
     >>> w = torch.tensor([10.0, 20.0, 30.0])
     >>> ragged.vmap(lambda s, wb: s.sum() * wb)(x, w)          # dense per-segment argument
     tensor([ 60.,  80., 540.])
+    >>> ragged.vmap(lambda s: s.max())(x[:0])                  # no segments: f runs on a probe
+    tensor([])
     """
     if not callable(f):
         raise type_error(vmap, "f", "must be callable", type(f).__name__)
@@ -264,19 +270,13 @@ class _Call:
                 )
                 self.method = "loop"
         results = [call(*(t[i] for t in inputs)) for i in range(bucket.segments.shape[0])]
-        if not results:
-            raise value_error(
-                vmap, "args", "must have at least one segment to call f on", "0 segments"
-            )
         stacked = pytree.tree_map(lambda *ts: torch.stack(ts), *[r for r in results])
         return stacked[0], stacked[1], list(state.kinds)
 
     def run(self) -> Any:
         buckets = _buckets(self.partition, skip_empty=self.fill_empty is not None)
         if not buckets:
-            raise value_error(
-                vmap, "args", "must have at least one segment to call f on", "0 segments"
-            )
+            return self._without_segments()
         known: list[Tensor] = []
         while True:
             results = [self._run_bucket(bucket, known) for bucket in buckets]
@@ -294,6 +294,73 @@ class _Call:
             known.append(combine(kinds[j], stacked, stacked.shape[0]))
         self.known = known
         return self._assemble(buckets, [r[0] for r in results])
+
+    def _without_segments(self) -> Any:
+        """No segment to call ``f`` on: zero segments, or only empty ones with ``fill_empty``.
+
+        ``f`` runs once on a probe segment to learn its outputs' structure, dtypes and shapes:
+        a segment of zero rows, or of one row of zeros if ``f`` rejects that or ``fill_empty``
+        is given (its ``f`` need not take empty segments); mapped dense arguments give one
+        entry of zeros. An output whose
+        leading size is the probe's length is ragged (the input's partition, no rows), any other
+        is dense with ``B`` entries (``fill_empty``, or none when ``B = 0``); ``out_ragged``
+        decides instead when given. Collectives return placeholders during the probe.
+        """
+        failure: Exception | None = None
+        for length in (0, 1) if self.fill_empty is None else (1,):
+            try:
+                out = self._probe(length)
+                break
+            except Exception as error:
+                failure = failure or error
+        else:
+            raise ValueError(
+                f"{name_of(vmap)}: there is no segment to call f on, and f failed on the probe "
+                f"segment that finds its outputs' shapes ({type(failure).__name__}: {failure})."
+            ) from failure
+        leaves, spec = pytree.tree_flatten(out)
+        template = pytree.tree_unflatten([0] * len(leaves), spec)
+        forced = prefix_leaves(vmap, "out_ragged", self.out_ragged, template)
+        out_axes = prefix_leaves(vmap, "out_axes", self.out_axes, template)
+        names = prefix_leaves(vmap, "axes", self.names, template, names_leaf)
+        num = self.partition.num_segments
+        results: list[Any] = []
+        for leaf, force, out_axis, names_spec in zip(leaves, forced, out_axes, names, strict=True):
+            if not isinstance(leaf, Tensor):
+                raise type_error(vmap, "f", "must return a pytree of tensors", typename(leaf))
+            fits = leaf.dim() >= 1 and leaf.shape[0] == length
+            if fits if force is None else bool(force):
+                if not fits:
+                    raise value_error(
+                        vmap,
+                        "out_ragged",
+                        "must be False for an output without leading size L",
+                        f"shape {tuple(leaf.shape)} for L = {length}",
+                    )
+                if out_axis not in (0, None):
+                    raise value_error(vmap, "out_axes", "must be 0 for a ragged output", out_axis)
+                first = self.first
+                axes = transformed(vmap, first.axes, first.ndim, leaf.dim() + 1, names_spec)
+                results.append(RaggedArray(leaf[:0], self.partition, axes))
+                continue
+            if num == 0:  # a slice of the probe's output: empty, and connected to its graph
+                dense = leaf.unsqueeze(0)[:0]
+            else:
+                dense = leaf.new_full((num, *leaf.shape), cast(float, self.fill_empty))
+            results.append(dense if out_axis in (0, None) else dense.movedim(0, out_axis))
+        return pytree.tree_unflatten(results, spec)
+
+    def _probe(self, length: int) -> Any:
+        """``f``'s output on a segment of ``length`` rows of zeros (dense arguments: zeros)."""
+        inputs = []
+        for leaf, axis in zip(self.leaves, self.axes, strict=True):
+            if axis is None:
+                continue
+            if isinstance(leaf, RaggedArray):
+                inputs.append(leaf.values.new_zeros((length, *leaf.values.shape[1:])))
+            else:
+                inputs.append(leaf.new_zeros(leaf.shape[1:]))
+        return self._call_one(_Pass(self.axis_name or "", []))(*inputs)[0]
 
     # --- putting the outputs back in segment order ------------------------------------------
 

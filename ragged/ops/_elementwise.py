@@ -17,31 +17,44 @@ from .._axes import KEEP, UNIFY
 from .._broadcast import align, same_partition
 from .._errors import Func, name_of
 from .._registry import op
+from .._versions import check_unchanged
 
 _SCALARS = (int, float, bool, complex)
+# An elementwise result keeps its operand's rows: valid by construction, no checks needed.
+_result = RaggedArray._trusted
+_Y = ("y", "")
+_ARG = ("a RaggedArray argument", "")
 
 
 def binary(func: Func, fn: Callable[[Any, Any], Tensor], x: Any, y: Any) -> RaggedArray:
-    """Apply a torch binary function to two operands, at least one of them a RaggedArray."""
+    """Apply a torch binary function to two operands, at least one of them a RaggedArray.
+
+    Checks its operands' version counters itself (declared ``checks=True``): here the check
+    runs after the fast-path dispatch, where it costs least.
+    """
     if type(x) is RaggedArray:
         if type(y) is RaggedArray:
-            if (
-                y.partition is x.partition
-                and y.axes == x.axes
-                and y.values.shape[1:] == x.values.shape[1:]
-            ):
-                return RaggedArray(fn(x.values, y.values), x.partition, x.axes)
+            # One partition: equal row counts, so equal shapes means equal inner shapes.
+            if y.partition is x.partition and y.axes == x.axes and y.values.shape == x.values.shape:
+                check_unchanged(func, x, y)
+                return _result(fn(x.values, y.values), x.partition, x.axes)
         elif isinstance(y, _SCALARS):
-            return RaggedArray(fn(x.values, y), x.partition, x.axes)
+            check_unchanged(func, x)
+            return _result(fn(x.values, y), x.partition, x.axes)
     elif type(y) is RaggedArray and isinstance(x, _SCALARS):
+        check_unchanged(func, y, names=_Y)
         # torch ops take a number second only; a 0-d tensor promotes like a number.
         left = torch.as_tensor(x, device=y.values.device)
-        return RaggedArray(fn(left, y.values), y.partition, y.axes)
+        return _result(fn(left, y.values), y.partition, y.axes)
     if not isinstance(x, RaggedArray) and not isinstance(y, RaggedArray):
         raise TypeError(
             f"{name_of(func)}: one operand must be a RaggedArray, got {type(x).__name__} and "
             f"{type(y).__name__}."
         )
+    if isinstance(x, RaggedArray):
+        check_unchanged(func, x, y if isinstance(y, RaggedArray) else None)
+    else:
+        check_unchanged(func, y, names=_Y)
     a, b, partition, axes = align(func, x, y)
     return RaggedArray(fn(a, b), partition, axes)
 
@@ -49,7 +62,8 @@ def binary(func: Func, fn: Callable[[Any, Any], Tensor], x: Any, y: Any) -> Ragg
 def _unary(func: Func, fn: Callable[[Tensor], Tensor], x: Any) -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise TypeError(f"{name_of(func)}: `x` must be a RaggedArray, got {type(x).__name__}.")
-    return RaggedArray(fn(x.values), x.partition, x.axes)
+    check_unchanged(func, x)
+    return _result(fn(x.values), x.partition, x.axes)
 
 
 def _binary_op(
@@ -75,7 +89,12 @@ def _binary_op(
     {result}
     """
     declare = op(
-        "elementwise", rule=UNIFY, args="x: operand, y: operand", torch=torch_fns, methods=(method,)
+        "elementwise",
+        rule=UNIFY,
+        args="x: operand, y: operand",
+        torch=torch_fns,
+        methods=(method,),
+        checks=True,
     )
     return declare(binary_op)
 
@@ -241,6 +260,7 @@ bitwise_xor = _binary_op(
     args="x: ragged",
     torch=(torch.neg, torch.negative, torch.Tensor.neg),
     methods=("neg",),
+    checks=True,
 )
 def negative(x: RaggedArray) -> RaggedArray:
     """Elementwise ``-x``.
@@ -258,6 +278,7 @@ def negative(x: RaggedArray) -> RaggedArray:
     args="x: ragged",
     torch=(torch.abs, torch.Tensor.abs),
     methods=("abs",),
+    checks=True,
 )
 def abs(x: RaggedArray) -> RaggedArray:
     """Elementwise absolute value.
@@ -275,6 +296,7 @@ def abs(x: RaggedArray) -> RaggedArray:
     args="x: ragged",
     torch=(torch.bitwise_not, torch.Tensor.bitwise_not),
     methods=("bitwise_not",),
+    checks=True,
 )
 def bitwise_not(x: RaggedArray) -> RaggedArray:
     """Elementwise ``~x`` (logical not for bool).
@@ -292,6 +314,7 @@ def bitwise_not(x: RaggedArray) -> RaggedArray:
     args="x: ragged",
     torch=(torch.logical_not, torch.Tensor.logical_not),
     methods=("logical_not",),
+    checks=True,
 )
 def logical_not(x: RaggedArray) -> RaggedArray:
     """Elementwise logical not (any dtype; zero is false).
@@ -309,6 +332,7 @@ def logical_not(x: RaggedArray) -> RaggedArray:
     args="condition: operand, x: operand, y: operand",
     torch=(torch.where,),
     methods=("where",),
+    checks=True,
 )
 def where(condition: Any, x: Any, y: Any) -> RaggedArray:
     """Elementwise ``x if condition else y``; any argument may be dense or a number.
@@ -326,7 +350,8 @@ def where(condition: Any, x: Any, y: Any) -> RaggedArray:
     if not ragged_args:
         raise TypeError(f"{name_of(func)}: one of `condition`, `x`, `y` must be a RaggedArray.")
     first = ragged_args[0]
-    for other in ragged_args[1:]:
+    for other in ragged_args:
+        check_unchanged(func, other, names=_ARG)
         if other.partition is not first.partition:
             same_partition(func, first, other)
     parts = [_as_values(func, a, first) for a in (condition, x, y)]
@@ -341,7 +366,7 @@ def _as_values(func: Func, a: Any, like: RaggedArray) -> Any:
     return a
 
 
-@op("elementwise", rule=KEEP, args="fn: callable, *args: any, **kwargs: any")
+@op("elementwise", rule=KEEP, args="fn: callable, *args: any, **kwargs: any", checks=True)
 def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RaggedArray:
     """Apply a pointwise torch function to the values of RaggedArrays.
 
@@ -362,7 +387,8 @@ def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RaggedArray:
     if not ragged_args:
         raise TypeError(f"{name_of(func)}: at least one positional argument must be a RaggedArray.")
     first = ragged_args[0]
-    for other in ragged_args[1:]:
+    for other in ragged_args:
+        check_unchanged(func, other, names=_ARG)
         if other.partition is not first.partition:
             same_partition(func, first, other)
     values = [_as_values(func, a, first) for a in args]

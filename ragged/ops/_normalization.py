@@ -20,6 +20,7 @@ from .._array import RaggedArray
 from .._axes import KEEP, normalize_axis
 from .._errors import Func, type_error, value_error
 from .._registry import op
+from .._versions import check_unchanged
 from ..kernels._segment import gather, segment_softmax, segment_sum
 from ._grouping import group
 
@@ -27,6 +28,7 @@ from ._grouping import group
 def _check_float(func: Func, x: Any) -> None:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    check_unchanged(func, x)  # declared checks=True
     if not (x.dtype.is_floating_point or x.dtype.is_complex):
         raise type_error(func, "x", "must have a floating-point dtype", x.dtype)
 
@@ -61,6 +63,7 @@ def _softmax(func: Func, x: RaggedArray, axis: int | str, log: bool) -> RaggedAr
     args="x: ragged, axis: axis",
     torch=(torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax),
     methods=("softmax",),
+    checks=True,
 )
 def softmax(x: RaggedArray, axis: int | str) -> RaggedArray:
     """Softmax along ``axis``: over each segment's rows for the ragged axis.
@@ -86,6 +89,7 @@ def softmax(x: RaggedArray, axis: int | str) -> RaggedArray:
     args="x: ragged, axis: axis",
     torch=(torch.log_softmax, torch.nn.functional.log_softmax, torch.Tensor.log_softmax),
     methods=("log_softmax",),
+    checks=True,
 )
 def log_softmax(x: RaggedArray, axis: int | str) -> RaggedArray:
     """Log-softmax along ``axis``; see [`softmax`][ragged.softmax].
@@ -132,6 +136,7 @@ def _check_affine(func: Func, name: str, t: Any, dims: tuple[int, ...]) -> None:
     rule=KEEP,
     args="x: ragged, normalized_shape: sizes, weight: tensor?, bias: tensor?, eps: number?",
     torch=(torch.nn.functional.layer_norm,),
+    checks=True,
 )
 def layer_norm(
     x: RaggedArray,
@@ -171,6 +176,7 @@ def layer_norm(
     rule=KEEP,
     args="x: ragged, normalized_shape: sizes, weight: tensor?, eps: number?",
     torch=(torch.nn.functional.rms_norm,),
+    checks=True,
 )
 def rms_norm(
     x: RaggedArray,
@@ -201,7 +207,12 @@ def rms_norm(
 # --- per-segment standardisation --------------------------------------------------------------
 
 
-@op("normalization", rule=KEEP, args="x: ragged, axis: axis?, correction: number?, eps: number?")
+@op(
+    "normalization",
+    rule=KEEP,
+    args="x: ragged, axis: axis?, correction: number?, eps: number?",
+    checks=True,
+)
 def normalize(
     x: RaggedArray,
     axis: int | str = 1,

@@ -66,6 +66,7 @@ from .._axes import KEEP, normalize_axis
 from .._errors import Func, type_error, value_error
 from .._partition import RowPartition
 from .._registry import op
+from .._versions import check_unchanged
 from ..kernels._scan import (
     LOGSUMEXP,
     MAX,
@@ -97,6 +98,7 @@ def _scan(
 ) -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    check_unchanged(func, x)  # declared checks=True
     for name, flag in (("reverse", reverse), ("exclusive", exclusive)):
         if not isinstance(flag, bool):
             raise type_error(func, name, "must be a bool", type(flag).__name__)
@@ -174,6 +176,7 @@ def _scan_level(
     args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
     torch=(torch.cumsum, torch.Tensor.cumsum),
     methods=("cumsum",),
+    checks=True,
 )
 def cumsum(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
@@ -208,6 +211,7 @@ def cumsum(
     args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
     torch=(torch.cumprod, torch.Tensor.cumprod),
     methods=("cumprod",),
+    checks=True,
 )
 def cumprod(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
@@ -226,7 +230,9 @@ def cumprod(
     return _scan(cumprod, PROD, x, axis, reverse, exclusive)
 
 
-@op("scans", rule=KEEP, args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?")
+@op(
+    "scans", rule=KEEP, args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?", checks=True
+)
 def cummax(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
 ) -> RaggedArray:
@@ -246,7 +252,9 @@ def cummax(
     return _scan(cummax, MAX, x, axis, reverse, exclusive, extreme=True)
 
 
-@op("scans", rule=KEEP, args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?")
+@op(
+    "scans", rule=KEEP, args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?", checks=True
+)
 def cummin(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
 ) -> RaggedArray:
@@ -265,6 +273,7 @@ def cummin(
     args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
     torch=(torch.logcumsumexp, torch.Tensor.logcumsumexp),
     methods=("logcumsumexp",),
+    checks=True,
 )
 def logcumsumexp(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False

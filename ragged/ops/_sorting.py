@@ -43,6 +43,7 @@ from .._axes import KEEP, NEW, normalize_axis
 from .._errors import Func, multi_level, type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import op
+from .._versions import check_unchanged
 from ..kernels._segment import Segments, segment_sum
 
 # Dtypes with an order-preserving integer rank (``_signed_rank``), and its width in bits.
@@ -167,6 +168,7 @@ def _checked(func: Func, x: Any, axis: int | str) -> int:
     """The sort axis of ``x`` (ragged or inner), after the checks every op here shares."""
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", typename(x))
+    check_unchanged(func, x)  # declared checks=True
     if x.dtype not in _WIDTH:
         raise type_error(
             func, "x", f"must have a dtype among {', '.join(map(str, _WIDTH))}", x.dtype
@@ -209,7 +211,12 @@ def _positions(perm: Tensor, starts: Tensor, inner: torch.Size) -> Tensor:
 # --- sort / argsort ---------------------------------------------------------------------------
 
 
-@op("sorting", rule=KEEP, args="x: ragged, axis: axis?, descending: bool?, stable: bool?")
+@op(
+    "sorting",
+    rule=KEEP,
+    args="x: ragged, axis: axis?, descending: bool?, stable: bool?",
+    checks=True,
+)
 def sort(
     x: RaggedArray, axis: int | str = 1, *, descending: bool = False, stable: bool = True
 ) -> RaggedArray:
@@ -251,6 +258,7 @@ def sort(
     args="x: ragged, axis: axis?, descending: bool?, stable: bool?",
     torch=(torch.argsort, torch.Tensor.argsort),
     methods=("argsort",),
+    checks=True,
 )
 def argsort(
     x: RaggedArray, axis: int | str = 1, *, descending: bool = False, stable: bool = True
@@ -289,7 +297,12 @@ def argsort(
 # --- topk -------------------------------------------------------------------------------------
 
 
-@op("sorting", rule=NEW, args="x: ragged, k: int, axis: axis?, largest: bool?, sorted: bool?")
+@op(
+    "sorting",
+    rule=NEW,
+    args="x: ragged, k: int, axis: axis?, largest: bool?, sorted: bool?",
+    checks=True,
+)
 def topk(
     x: RaggedArray,
     k: int,

@@ -2,7 +2,8 @@
 ``argmax``, ``argmin``.
 
 They use the driver of ``ragged.ops._reduce`` (same axis rules); argmax/argmin give the first
-index of the extreme along one axis, -1 for empty segments.
+index of the extreme along one axis, -1 for empty segments; a segment holding NaN gives the
+index of its first NaN, as ``torch.argmax``/``torch.argmin`` (NaN counts as the extreme).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from ..._array import RaggedArray
 from ..._axes import DENSE_RESULT, REDUCE, normalize_axis
 from ..._errors import Func, type_error, value_error
 from ..._registry import op
+from ..._versions import check_unchanged
 from ...kernels._segment import Segments, gather, segment_amax, segment_amin, segment_sum
 from .._grouping import group
 from ._reduce import _ARGS, Axis, _ragged_result, reduce
 
 
-@op("reductions", rule=REDUCE, args=_ARGS)
+@op("reductions", rule=REDUCE, args=_ARGS, checks=True)
 def any(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -44,7 +46,7 @@ def any(
     )
 
 
-@op("reductions", rule=REDUCE, args=_ARGS)
+@op("reductions", rule=REDUCE, args=_ARGS, checks=True)
 def all(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -78,7 +80,7 @@ def _dense_bool(op: Callable[..., Tensor], v: Tensor, dims: tuple[int, ...], kee
     return out
 
 
-@op("reductions", rule=REDUCE, args=_ARGS)
+@op("reductions", rule=REDUCE, args=_ARGS, checks=True)
 def count_nonzero(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -126,6 +128,7 @@ def _arg(
 ) -> Any:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    check_unchanged(func, x)  # declared checks=True
     pick = torch.argmax if largest else torch.argmin
     if axis is None:
         return pick(x.values)  # flat index into values
@@ -148,6 +151,10 @@ def _arg(
     segments = grouping.segments
     best = (segment_amax if largest else segment_amin)(values, segments, 0)
     hit = values == gather(best, segments)
+    if values.is_floating_point():
+        # The extreme of a segment holding NaN is NaN (it propagates), and NaN equals nothing:
+        # mark the NaNs, so that the first of them is the answer, as in torch.argmax.
+        hit = hit | torch.isnan(values)
     positions = cast(Tensor, grouping.positions()).view(-1, *[1] * (values.dim() - 1))
     sentinel = torch.iinfo(torch.int64).max
     candidates = torch.where(hit, positions, sentinel)
@@ -157,7 +164,12 @@ def _arg(
     return _ragged_result(first, x, grouping.partition, [dim], (), keepdims)
 
 
-@op("reductions", rule=REDUCE, args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?")
+@op(
+    "reductions",
+    rule=REDUCE,
+    args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?",
+    checks=True,
+)
 def argmax(
     x: RaggedArray, axis: int | str | None = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -172,7 +184,12 @@ def argmax(
     return _arg(argmax, x, axis, keepdims, fill_value, largest=True)
 
 
-@op("reductions", rule=REDUCE, args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?")
+@op(
+    "reductions",
+    rule=REDUCE,
+    args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?",
+    checks=True,
+)
 def argmin(
     x: RaggedArray, axis: int | str | None = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:

@@ -29,6 +29,7 @@ from ..._dtypes import highest, lowest
 from ..._errors import Func, type_error, value_error
 from ..._partition import Partition, RowPartition
 from ..._registry import op
+from ..._versions import check_unchanged
 from ...kernels._segment import Segments, segment_amax, segment_amin, segment_prod, segment_sum
 from .._grouping import group
 
@@ -91,6 +92,7 @@ def reduce(
     """
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    check_unchanged(func, x)  # declared checks=True
     if not isinstance(keepdims, bool):
         raise type_error(func, "keepdims", "must be a bool", type(keepdims).__name__)
     axes = _normalize_axes(func, x, axis)
@@ -187,7 +189,14 @@ def _promoted(values: Tensor) -> Tensor:
     return values
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.sum, torch.Tensor.sum), methods=("sum",))
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.sum, torch.Tensor.sum),
+    methods=("sum",),
+    checks=True,
+)
 def sum(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -211,9 +220,10 @@ def sum(
     >>> ragged.sum(x)
     tensor(6.)
     """
-    if axis == 1 and type(x) is RaggedArray and not keepdims and fill_value is None:
+    if type(axis) is int and axis == 1 and type(x) is RaggedArray and not keepdims:
         levels = x.partition.levels
-        if len(levels) == 1:  # the common case, without the general driver (eager overhead)
+        if len(levels) == 1 and fill_value is None:  # the common case, without the driver
+            check_unchanged(sum, x)
             level = levels[0]
             segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
             return segment_sum(_promoted(x.values), segments)
@@ -229,7 +239,14 @@ def sum(
     )
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.mean, torch.Tensor.mean), methods=("mean",))
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.mean, torch.Tensor.mean),
+    methods=("mean",),
+    checks=True,
+)
 def mean(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -258,7 +275,14 @@ def mean(
     )
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.prod, torch.Tensor.prod), methods=("prod",))
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.prod, torch.Tensor.prod),
+    methods=("prod",),
+    checks=True,
+)
 def prod(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -310,7 +334,14 @@ def _extreme(
     )
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.amax, torch.Tensor.amax), methods=("amax",))
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.amax, torch.Tensor.amax),
+    methods=("amax",),
+    checks=True,
+)
 def amax(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -325,7 +356,14 @@ def amax(
     return _extreme(amax, x, axis, keepdims, fill_value, largest=True)
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.amin, torch.Tensor.amin), methods=("amin",))
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.amin, torch.Tensor.amin),
+    methods=("amin",),
+    checks=True,
+)
 def amin(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -338,7 +376,7 @@ def amin(
     return _extreme(amin, x, axis, keepdims, fill_value, largest=False)
 
 
-@op("reductions", rule=REDUCE, args=_ARGS)
+@op("reductions", rule=REDUCE, args=_ARGS, checks=True)
 def max(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -351,7 +389,7 @@ def max(
     return _extreme(max, x, axis, keepdims, fill_value, largest=True)
 
 
-@op("reductions", rule=REDUCE, args=_ARGS)
+@op("reductions", rule=REDUCE, args=_ARGS, checks=True)
 def min(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:

@@ -32,6 +32,7 @@ from ._reduce import _ARGS, Axis, _float_only, reduce
     args=_ARGS,
     torch=(torch.logsumexp, torch.Tensor.logsumexp),
     methods=("logsumexp",),
+    checks=True,
 )
 def logsumexp(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
@@ -61,6 +62,7 @@ def logsumexp(
     "reductions",
     rule=REDUCE,
     args="x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?",
+    checks=True,
 )
 def var(
     x: RaggedArray,
@@ -117,6 +119,7 @@ def _dense_var(v: Tensor, dims: tuple[int, ...], keep: bool, correction: int | f
     "reductions",
     rule=REDUCE,
     args="x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?",
+    checks=True,
 )
 def std(
     x: RaggedArray,
@@ -160,6 +163,7 @@ def _safe_root(total: Tensor, p: float) -> Tensor:
     "reductions",
     rule=REDUCE,
     args="x: ragged, ord: number?, axis: axes?, keepdims: bool?, fill_value: number?",
+    checks=True,
 )
 def norm(
     x: RaggedArray,
