@@ -402,9 +402,11 @@ def test_ranks_share_every_epoch_exactly_once(lens, world, kind, drop_last, shuf
     ]
     whole = SAMPLERS[kind](lens, num_replicas=1, seed=seed, drop_last=drop_last, shuffle=shuffle)
     epoch = [sorted(b) for b in whole]  # the same global batches, dealt to the ranks
+    # len() is the next epoch's count (iterating advances the epoch): read it before.
+    counts = [len(r) for r in ranks]
     per_rank = [list(r) for r in ranks]
-    assert len({len(batches) for batch in [0] for batches in per_rank}) == 1  # equal counts
-    assert all(len(batches) == len(r) for batches, r in zip(per_rank, ranks, strict=True))
+    assert len({len(batches) for batches in per_rank}) == 1  # equal counts
+    assert counts == [len(batches) for batches in per_rank]
     dealt = collections.Counter(tuple(sorted(b)) for batches in per_rank for b in batches)
     global_batches = collections.Counter(tuple(b) for b in epoch)
     if drop_last:  # at most world - 1 batches dropped, none repeated
