@@ -28,11 +28,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import ragged.ops._reduce as reductions
 from ops import lognormal_lengths, tiny_cases
 
 import ragged
 import ragged.ops._elementwise as elementwise
+import ragged.ops._reductions._reduce as reductions
 from ragged import _validate, _versions
 from ragged.bench import Table, compare, per_call, write_result
 
