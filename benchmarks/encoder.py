@@ -27,7 +27,9 @@ Variants (``--variants`` picks some):
 Each runs eager and, with ``--compile``, under ``torch.compile`` (Inductor) where it compiles;
 forward (``no_grad``) and forward+backward (loss = sum of outputs). Times are the median of
 ``--reps`` runs of CPU time of this process (``time.process_time``: the machine may be shared;
-with one thread it equals wall time on an idle machine). One thread by default.
+with one thread it equals wall time on an idle machine). One thread by default. With
+``--device cuda`` the model and data live on the GPU and the times are wall time, each call
+followed by a synchronisation.
 
 The table reports the occupancy (real/padded tokens), the padded/packed FLOP ratio (linear layers
 and attention's quadratic term) and every variant's speedup over ``padded`` in the same mode.
@@ -50,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 import ragged
+from ragged.bench import add_device_option, synchronize, use_device
 from ragged.bench._report import Table, write_result
 
 E, HEADS, FF, LAYERS = 256, 4, 1024, 4
@@ -168,14 +171,14 @@ class Loop(torch.nn.Module):
 class Batch:
     """One batch in every representation (built once; the ragged one per call)."""
 
-    def __init__(self, lengths: list[int], seed: int) -> None:
+    def __init__(self, lengths: list[int], seed: int, device: torch.device) -> None:
         gen = torch.Generator().manual_seed(seed)
         self.lengths = lengths
-        self.values = torch.randn(sum(lengths), E, generator=gen)
+        self.values = torch.randn(sum(lengths), E, generator=gen).to(device)
         segments = list(self.values.split(lengths))
         self.padded = torch.nn.utils.rnn.pad_sequence(segments, batch_first=True)
         width = self.padded.shape[1]
-        self.keep = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+        self.keep = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).to(device)
         self.segments = segments
 
 
@@ -191,7 +194,7 @@ def make_variants(
         ragged.nn.RaggedTransformerEncoderLayer(E, HEADS, FF, dropout=0.0), LAYERS
     )
     ragged_model.load_state_dict(encoder.state_dict())
-    ragged_model.eval()
+    ragged_model.to(batch.values.device).eval()
     models: dict[str, Any] = {
         "padded": encoder,
         "padded-sdpa": PaddedSDPA(encoder),
@@ -214,7 +217,7 @@ def make_variants(
 
     def nested(model: Any, grad: bool) -> torch.Tensor:
         x = torch.nested.nested_tensor_from_jagged(
-            _leaf(batch.values, grad), offsets=_offsets(batch.lengths)
+            _leaf(batch.values, grad), offsets=_offsets(batch.lengths).to(batch.values.device)
         )
         return model(x).values()
 
@@ -250,7 +253,7 @@ def _fast_encoder(encoder: torch.nn.TransformerEncoder) -> torch.nn.TransformerE
     layer = torch.nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0, batch_first=True)
     fast = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=True)
     fast.load_state_dict(encoder.state_dict())
-    return fast.eval()
+    return fast.to(next(encoder.parameters()).device).eval()
 
 
 def _offsets(lengths: list[int]) -> torch.Tensor:
@@ -317,8 +320,8 @@ def benchmark(
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0, batch_first=True)
     encoder = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
-    encoder.eval()  # dropout is 0 anyway; eval keeps torch's layers from calling it
-    batch = Batch(lengths, seed=1)
+    encoder.to(args.device).eval()  # dropout is 0 anyway; eval keeps torch's layers from calling it
+    batch = Batch(lengths, seed=1, device=args.device)
     variants = make_variants(encoder, batch)
     names = [v for v in args.variants if v in variants]
     real, padded = sum(lengths), len(lengths) * max(lengths)
@@ -327,7 +330,7 @@ def benchmark(
         f"\n## {name}: B={len(lengths)}, lengths {min(lengths)}..{max(lengths)}, "
         f"{real} real tokens; occupancy (real/padded tokens) {real / padded:.3f} "
         f"(padded/real {padded / real:.2f}); padded/packed FLOP ratio {ratio:.2f}; "
-        f"{args.threads} thread(s), median of {args.reps}, CPU ms"
+        f"{args.threads} thread(s), median of {args.reps}, {args.metric} ms on {args.device}"
     )
     diffs = check_outputs(variants, names)
     modes = ["eager", "compiled"] if args.compile else ["eager"]
@@ -345,6 +348,7 @@ def benchmark(
                 started = time.perf_counter()
                 try:
                     call()  # warm-up (and compilation)
+                    synchronize()
                     calls[key] = call
                 except Exception as error:  # report what fails, keep going
                     results[key] = _failure(error)
@@ -353,11 +357,13 @@ def benchmark(
     # Round robin: every repetition runs every call once, so load changes on a shared machine
     # hit all variants alike.
     times: dict[tuple[str, str, str], list[float]] = {key: [] for key in calls}
+    clock = time.process_time if args.metric == "cpu" else time.perf_counter
     for _ in range(args.reps):
         for key, call in calls.items():
-            started = time.process_time()
+            started = clock()
             call()
-            times[key].append(1e3 * (time.process_time() - started))
+            synchronize()
+            times[key].append(1e3 * (clock() - started))
     for key, values in times.items():
         results[key] = statistics.median(values)
     table = Table(
@@ -388,7 +394,8 @@ def benchmark(
                     cells += [f"{value:.1f}", speedup]
             table.rows.append([variant, mode, *cells, diffs.get(variant, "-")])
     table.notes += [
-        f"{args.threads} thread(s); median CPU time of {args.reps} round-robin runs; speedup = "
+        f"{args.threads} thread(s); median {args.metric} time of {args.reps} round-robin runs on "
+        f"{args.device}; speedup = "
         "padded / variant in the same mode; max diff: forward against padded (float32).",
         *targets(speedups, ratio),
         *failures,
@@ -434,7 +441,10 @@ def main() -> None:
     parser.add_argument("--json", help="write the result document here")
     all_variants = ["padded", "padded-sdpa", "ragged", "nested", "loop", "danling", "fastpath"]
     parser.add_argument("--variants", nargs="+", default=all_variants, choices=all_variants)
+    add_device_option(parser)
     args = parser.parse_args()
+    args.device = use_device(args.device)
+    args.metric = "cpu" if args.device.type == "cpu" else "wall"
     torch.set_num_threads(args.threads)
     torch.backends.mha.set_fastpath_enabled(False)  # padded means padded (see "fastpath")
     torch._dynamo.config.cache_size_limit = 64  # one module compiled for several input types
@@ -457,7 +467,12 @@ def main() -> None:
     if args.json:
         tables, plots = [t for t, _ in done], [p for _, p in done]
         write_result(
-            args.json, "encoder", tables, quick=args.quick, metric="cpu", plots={"encoder": plots}
+            args.json,
+            "encoder",
+            tables,
+            quick=args.quick,
+            metric=args.metric,
+            plots={"encoder": plots},
         )
 
 

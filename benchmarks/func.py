@@ -11,7 +11,10 @@
    ``dynamic=True``, called under ``ragged.dynamic_shapes()``, against eager, on several batches
    of different sizes (one graph expected). Target: compiled >= 2x eager.
 
-Usage: ``python benchmarks/func.py [--quick] [--metric cpu|wall] [--json out.json]``.
+With ``--device cuda`` the data lives on the GPU (wall time, every timed call synchronised).
+
+Usage: ``python benchmarks/func.py [--quick] [--metric cpu|wall] [--device cpu|cuda]
+[--json out.json]``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ragged
-from ragged.bench import Table, compare, write_result
+from ragged.bench import Table, add_device_option, compare, use_device, write_result
 
 # --- 1. vmap over segments --------------------------------------------------------------------
 
@@ -72,16 +75,16 @@ def vmap_variants(x: ragged.RaggedArray) -> dict[str, Callable[[Tensor], Tensor]
 
 
 def bench_vmap(
-    num: int, dim: int, repeat: int, metric: str
+    num: int, dim: int, repeat: int, metric: str, device: torch.device
 ) -> tuple[Table, dict[str, dict[str, float]]]:
     gen = torch.Generator().manual_seed(0)
     lengths = torch.randint(1, 33, (num,), generator=gen)
-    values = torch.randn(int(lengths.sum()), dim, generator=gen)
-    x = ragged.from_lengths(values, lengths)
+    values = torch.randn(int(lengths.sum()), dim, generator=gen).to(device)
+    x = ragged.from_lengths(values, lengths if device.type == "cpu" else lengths.tolist())
     variants = vmap_variants(x)
     want = variants["loop"](values)
     errors = {name: float((fn(values) - want).abs().max()) for name, fn in variants.items()}
-    grad = torch.randn(want.shape, generator=gen)
+    grad = torch.randn(want.shape, generator=gen).to(device)
     leaf = values.detach().requires_grad_()
     want_grad = torch.autograd.grad(variants["loop"](leaf), leaf, grad)[0]
 
@@ -138,19 +141,24 @@ def pipeline(x: ragged.RaggedArray, q: Tensor) -> Tensor:
     return ragged.sum(x * weights.with_values(weights.values[:, None]), axis=1)
 
 
-def batches(sizes: list[tuple[int, int]], dim: int) -> list[ragged.RaggedArray]:
+def batches(
+    sizes: list[tuple[int, int]], dim: int, device: torch.device
+) -> list[ragged.RaggedArray]:
     gen = torch.Generator().manual_seed(1)
     out = []
     for num, mean in sizes:
         lengths = torch.exp(torch.randn(num, generator=gen) * 0.6) * mean
         lengths = lengths.round().long().clamp_min(1)
-        values = torch.randn(int(lengths.sum()), dim, generator=gen)
-        out.append(ragged.from_lengths(values, lengths))
+        values = torch.randn(int(lengths.sum()), dim, generator=gen).to(device)
+        # On another device the lengths come from the host, as a collate function gives them.
+        out.append(
+            ragged.from_lengths(values, lengths if device.type == "cpu" else lengths.tolist())
+        )
     return out
 
 
 def bench_compile(
-    sizes: list[tuple[int, int]], dim: int, repeat: int, metric: str
+    sizes: list[tuple[int, int]], dim: int, repeat: int, metric: str, device: torch.device
 ) -> tuple[Table, dict[str, dict[str, float]]]:
     import torch._dynamo
 
@@ -161,14 +169,14 @@ def bench_compile(
     with tempfile.TemporaryDirectory(prefix="ragged-bench-inductor-") as cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
         torch._dynamo.reset()
-        return _bench_compile(sizes, dim, repeat, metric)
+        return _bench_compile(sizes, dim, repeat, metric, device)
 
 
 def _bench_compile(
-    sizes: list[tuple[int, int]], dim: int, repeat: int, metric: str
+    sizes: list[tuple[int, int]], dim: int, repeat: int, metric: str, device: torch.device
 ) -> tuple[Table, dict[str, dict[str, float]]]:
-    xs = batches(sizes, dim)
-    q = torch.randn(dim, generator=torch.Generator().manual_seed(2))
+    xs = batches(sizes, dim, device)
+    q = torch.randn(dim, generator=torch.Generator().manual_seed(2)).to(device)
     compiled = torch.compile(pipeline, dynamic=True, backend="inductor")
     table = Table(
         "torch.compile (Inductor, dynamic=True, under ragged.dynamic_shapes()) vs eager: "
@@ -249,7 +257,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run on small data")
     parser.add_argument("--metric", choices=["cpu", "wall"], default="cpu")
     parser.add_argument("--json", help="write the result document here")
+    add_device_option(parser)
     args = parser.parse_args()
+    device = use_device(args.device)
+    if device.type != "cpu":
+        args.metric = "wall"
     torch.set_num_threads(1)
     if args.quick:
         num, dim, repeat = 2000, 16, 3
@@ -260,10 +272,10 @@ def main() -> None:
         sizes, cdim = [(2048, 128), (3072, 96), (4096, 64)], 64
     tables = []
     plots: dict[str, dict[str, dict[str, float]]] = {}
-    table, plots["vmap"] = bench_vmap(num, dim, repeat, args.metric)
+    table, plots["vmap"] = bench_vmap(num, dim, repeat, args.metric, device)
     print(table.text(), flush=True)
     tables.append(table)
-    table, plots["compile"] = bench_compile(sizes, cdim, min(repeat, 5), args.metric)
+    table, plots["compile"] = bench_compile(sizes, cdim, min(repeat, 5), args.metric, device)
     print()
     print(table.text(), flush=True)
     tables.append(table)

@@ -34,7 +34,11 @@ The eager-overhead table times tiny inputs (B=4, lengths <= 8, D=8): ``x + y`` a
 cumprod runs on ``1 + values / 64`` (products of thousands of N(0, 1) factors leave float32's
 range); every other op on ``values``.
 
-Usage: ``python benchmarks/ops.py [--quick] [--metric cpu|wall] [--ops a,b] [--json out.json]``.
+With ``--device cuda`` the data lives on the GPU and every timed call is followed by a
+synchronisation (wall time; ``ragged.bench.use_device``).
+
+Usage: ``python benchmarks/ops.py [--quick] [--metric cpu|wall] [--device cpu|cuda] [--ops a,b]
+[--json out.json]``.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ragged
-from ragged.bench import Table, compare, per_call, write_result
+from ragged.bench import Table, add_device_option, compare, per_call, use_device, write_result
 
 SCANS = ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"]
 REDUCTIONS = ["sum", "mean", "max", "min"]  # read the values once: the copy floor applies
@@ -128,18 +132,27 @@ class Data:
         return self.x.values
 
 
-def make_data(rows: int, num: int, dim: int, *, max_over_mean: float, seed: int = 0) -> Data:
+def make_data(
+    rows: int,
+    num: int,
+    dim: int,
+    *,
+    max_over_mean: float,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> Data:
     lengths_list = lognormal_lengths(num, rows, max_over_mean=max_over_mean, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
-    values = torch.randn(rows, dim, generator=gen)
+    values = torch.randn(rows, dim, generator=gen).to(device)
     x = ragged.from_lengths(values, lengths_list)
     level = x.partition.levels[0]
     max_length = max(lengths_list)
-    positions = torch.arange(rows) - level.offsets.index_select(0, level.row_ids)
+    arange = torch.arange(rows, device=values.device)
+    positions = arange - level.offsets.index_select(0, level.row_ids)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
         csr = torch.sparse_csr_tensor(
-            level.offsets, torch.arange(rows), torch.ones(rows), size=(num, rows)
+            level.offsets, arange, torch.ones_like(arange, dtype=values.dtype), size=(num, rows)
         )
     return Data(
         x=x,
@@ -514,7 +527,9 @@ def padded_bytes(op: str, d: Data) -> int:
     return int(grid * PADDED_GRIDS.get(op, 4.5))
 
 
-def available_bytes() -> int | None:
+def available_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -580,7 +595,7 @@ def run_op(
     assert ragged_fn is not None
     variants: dict[str, Variant] = {"ragged": ragged_fn}
     skipped: dict[str, str] = {}
-    need, have = padded_bytes(op, d), available_bytes()
+    need, have = padded_bytes(op, d), available_bytes(d.values.device)
     if have is not None and need > 0.5 * have:  # the machine may be shared: leave room
         skipped["padded"] = f"not run: needs ~{need / 1e9:.0f} GB, {have / 1e9:.0f} GB available"
     else:
@@ -589,7 +604,7 @@ def run_op(
     v = op_values(op, d.values)
     gen = torch.Generator().manual_seed(2)
     rows = v.shape[0] if op in ROW_WISE else d.num
-    grad = torch.randn((rows, *v.shape[1:]), generator=gen)
+    grad = torch.randn((rows, *v.shape[1:]), generator=gen).to(v.device)
     want, want_grad = reference(op, d, v, grad)
     peers = jax_runners(jax, op, d, v, grad) if jax is not None else {}
     results = []
@@ -610,6 +625,7 @@ def run_op(
                 {"ragged": calls["ragged"], COPY: lambda b=buffer: b.copy_(v)}, repeat=repeat
             )
         for name, run in calls.items():
+            print(f"{op:<10}{mode:<8}checking {name}", flush=True)  # progress
             try:
                 start = time.perf_counter()
                 got = run()
@@ -650,15 +666,19 @@ def copy_bandwidth(d: Data, repeat: int, metric: str) -> dict[str, float]:
     return {k: moved / t.median(metric) / 1e9 for k, t in times.items()}
 
 
-def eager_overhead(number: int, repeat: int, metric: str) -> Table:
+def tiny_cases(
+    device: torch.device,
+) -> list[tuple[str, Callable[[], Any], str, Callable[[], Any], Any]]:
+    """The eager-overhead cases: ``(label, ragged job, torch label, torch job, extra)`` on tiny
+    inputs (B=4, lengths [3, 8, 1, 5], D=8); ``extra`` is a second, looser torch baseline."""
     gen = torch.Generator().manual_seed(3)
     lengths = [3, 8, 1, 5]
-    values = torch.randn(sum(lengths), 8, generator=gen)
-    other = torch.randn(sum(lengths), 8, generator=gen)
+    values = torch.randn(sum(lengths), 8, generator=gen).to(device)
+    other = torch.randn(sum(lengths), 8, generator=gen).to(device)
     x = ragged.from_lengths(values, lengths)
     y = x.with_values(other)
     ids = x.partition.levels[0].row_ids
-    cases = [
+    return [
         ("x + y (same partition)", lambda: x + y, "values + other", lambda: values + other, None),
         (
             "ragged.sum(x, axis=1)",
@@ -668,6 +688,10 @@ def eager_overhead(number: int, repeat: int, metric: str) -> Table:
             ("values.sum(0)", lambda: values.sum(0)),
         ),
     ]
+
+
+def eager_overhead(number: int, repeat: int, metric: str, device: torch.device) -> Table:
+    cases = tiny_cases(device)
     table = Table(
         "Eager overhead on tiny inputs (B=4, lengths [3, 8, 1, 5], D=8)",
         ["op", "ragged us", "plain torch", "torch us", "ratio", "target <= 3x"],
@@ -772,14 +796,18 @@ def main() -> None:
     parser.add_argument("--metric", choices=["cpu", "wall"], default="cpu")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset")
     parser.add_argument("--json", help="write the result document here")
+    add_device_option(parser)
     args = parser.parse_args()
+    device = use_device(args.device)
+    if device.type != "cpu":
+        args.metric = "wall"  # the host's CPU time does not count the device's kernels
     torch.set_num_threads(1)
     torch.manual_seed(0)
     if args.quick:
         rows, num, dim, repeat, number, small_repeat = 1 << 14, 128, 16, 3, 200, 5
     else:
         rows, num, dim, repeat, number, small_repeat = 1 << 20, 8192, 64, 7, 2000, 15
-    d = make_data(rows, num, dim, max_over_mean=MAX_OVER_MEAN)
+    d = make_data(rows, num, dim, max_over_mean=MAX_OVER_MEAN, device=device)
     lengths = torch.tensor(d.lengths_list, dtype=torch.float64)
     shape = (
         f"values [{rows}, {dim}] float32, {num} log-normal segments: lengths "
@@ -794,7 +822,7 @@ def main() -> None:
         f"values.clone() {bandwidth['clone']:.2f} GB/s",
         flush=True,
     )
-    jax = import_jax()
+    jax = import_jax() if device.type == "cpu" else None  # JAX's column is a CPU peer
     if jax is not None:
         print(f"JAX {jax.__version__} on {jax.devices()[0].platform}", flush=True)
     main_table = Table(
@@ -888,7 +916,7 @@ def main() -> None:
         else JAX_NOTE,
     ]
     targets = target_table(measured)
-    overhead = eager_overhead(number, small_repeat, args.metric)
+    overhead = eager_overhead(number, small_repeat, args.metric, device)
     for table in (main_table, targets, detail, overhead):
         print()
         print(table.text())

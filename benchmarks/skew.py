@@ -7,9 +7,11 @@ padding (``ragged.to_padded`` with -inf + dense ``logsumexp``). Padding's cost g
 ``B * max(L)``, the ragged op's with ``sum(L)``, so the gap widens with the skew.
 
 Peak memory: how far the process's resident high-water mark rises during one call (Linux
-``/proc/self/status``, reset before each call).
+``/proc/self/status``, reset before each call); with ``--device cuda``, the rise of the CUDA
+allocator's peak (and wall time, each call synchronised).
 
-Usage: ``python benchmarks/skew.py [--quick] [--metric cpu|wall] [--json out.json]``.
+Usage: ``python benchmarks/skew.py [--quick] [--metric cpu|wall] [--device cpu|cuda]
+[--json out.json]``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ops import lognormal_lengths
 
 import ragged
-from ragged.bench import Table, compare, peak_memory, write_result
+from ragged.bench import Table, add_device_option, compare, peak_memory, use_device, write_result
 
 SKEWS = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
 
@@ -56,12 +58,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run on small data")
     parser.add_argument("--metric", choices=["cpu", "wall"], default="cpu")
     parser.add_argument("--json", help="write the result document here")
+    add_device_option(parser)
     args = parser.parse_args()
+    device = use_device(args.device)
+    if device.type != "cpu":
+        args.metric = "wall"
     torch.set_num_threads(1)
     rows, num, dim, repeat = (1 << 14, 128, 16, 3) if args.quick else (1 << 18, 2048, 64, 5)
     gen = torch.Generator().manual_seed(0)
-    values = torch.randn(rows, dim, generator=gen)
-    grad = torch.randn(num, dim, generator=gen)
+    values = torch.randn(rows, dim, generator=gen).to(device)
+    grad = torch.randn(num, dim, generator=gen).to(device)
     table = Table(
         f"Length skew: logsumexp over the ragged axis, forward + backward ([{rows}, {dim}] "
         f"float32, {num} segments)",
@@ -105,9 +111,9 @@ def main() -> None:
         )
         print(table.rows[-1], flush=True)
     table.notes += [
-        f"Median {args.metric} time of {repeat} calls, round-robin. Peak MB: rise of the resident "
-        f"high-water mark during one call (the input values, {rows * dim * 4 / 1e6:.0f} MB, "
-        "exist before it).",
+        f"Median {args.metric} time of {repeat} calls, round-robin, on {device}. Peak MB: rise of "
+        f"the {'resident' if device.type == 'cpu' else 'device allocator'} high-water mark during "
+        f"one call (the input values, {rows * dim * 4 / 1e6:.0f} MB, exist before it).",
         "The padded grid has B * max(L) rows: max/mean times the real rows.",
     ]
     print()

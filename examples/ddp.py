@@ -1,8 +1,10 @@
-"""Data-parallel training on ragged batches: DDP with the gloo backend in 2 local processes.
+"""Data-parallel training on ragged batches: DDP with the gloo backend.
 
-* Every rank builds the same ``TokenBudgetBatchSampler`` (same seed), so all ranks agree on the
-  global batches. Each rank loads only its token-balanced contiguous share of every global batch
-  (``ragged.distributed.shard``), collated without padding by ``ragged.data.collate``.
+* Every rank builds the same rank-aware ``TokenBudgetBatchSampler`` (same seed; its
+  ``num_replicas`` and ``rank`` come from the process group): each global step deals one batch
+  of at most ``--tokens-per-rank`` tokens to every rank, batches of similar cost together, and
+  every rank gets the same number of batches (DDP would hang otherwise). Batches are collated
+  without padding by ``ragged.data.collate``.
 * The model runs per token, with a per-sequence context from ``ragged.mean`` over the ragged
   axis. The loss is the global per-token mean, ``ragged.distributed.global_mean``: ranks hold
   different numbers of tokens, and averaging their local means would weight tokens unequally.
@@ -10,7 +12,16 @@
   single-process run on the whole global batch (rebuilt with ``ragged.distributed.all_gather``),
   and that all ranks hold the same gradients.
 
-Run: ``python examples/ddp.py`` (under a minute), or ``--small`` for CI.
+Run it either way:
+
+* ``python examples/ddp.py [--world-size 2]``: spawns the processes itself (127.0.0.1, a free
+  port);
+* ``torchrun --nproc_per_node=2 examples/ddp.py`` (or ``python -m torch.distributed.run``):
+  joins the group torchrun set up (``env://``); across machines, e.g.
+  ``torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29400
+  examples/ddp.py`` on every node.
+
+Under a minute either way; ``--small`` for CI.
 """
 
 from __future__ import annotations
@@ -18,18 +29,18 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import os
 import socket
 import sys
-from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 import ragged
 from ragged.data import TokenBudgetBatchSampler, collate
-from ragged.distributed import all_gather, global_mean, shard
+from ragged.distributed import all_gather, global_mean
 
 FEATURES = 8
 
@@ -58,22 +69,6 @@ class Sequences(Dataset):
         return {"x": self.x[i], "y": self.y[i]}
 
 
-class RankBatches(Sampler[list[int]]):
-    """This rank's token-balanced share of every global batch of ``batches``.
-
-    A global batch with fewer samples than ranks is skipped (a rank would get no sample).
-    """
-
-    def __init__(self, batches: Sampler[list[int]], lengths: list[int], world: int, rank: int):
-        self.batches, self.lengths, self.world, self.rank = batches, lengths, world, rank
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for batch in self.batches:
-            if len(batch) >= self.world:
-                mine = shard([self.lengths[i] for i in batch], self.world, self.rank)
-                yield [batch[i] for i in mine]
-
-
 class TokenModel(torch.nn.Module):
     def __init__(self, hidden: int = 32):
         super().__init__()
@@ -93,7 +88,7 @@ def loss_sum(model: torch.nn.Module, batch: dict[str, ragged.RaggedArray]) -> to
 
 def check_first_step(model, batch, rank: int, world: int) -> None:
     """DDP gradients == single-process gradients on the global batch; equal on every rank."""
-    # The ranks' shares in rank order are the global batch: all_gather rebuilds it.
+    # The ranks' batches of this step, in rank order, are the global batch: all_gather.
     global_batch = {key: all_gather(value) for key, value in batch.items()}
     reference = TokenModel()
     reference.load_state_dict(model.module.state_dict())
@@ -112,38 +107,45 @@ def check_first_step(model, batch, rank: int, world: int) -> None:
         raise RuntimeError("gradient check failed")
 
 
+TIMEOUT = datetime.timedelta(seconds=120)
+
+
 def run(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
-    torch.set_num_threads(1)
+    """One spawned process: join the group on 127.0.0.1 and train."""
     dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=120),
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=TIMEOUT
     )
     try:
-        train(rank, world, args)
+        train(args)
     finally:
         dist.destroy_process_group()
 
 
-def train(rank: int, world: int, args: argparse.Namespace) -> None:
+def run_under_torchrun(args: argparse.Namespace) -> None:
+    """A process started by torchrun: RANK, WORLD_SIZE, MASTER_ADDR/PORT are in the environment."""
+    dist.init_process_group("gloo", init_method="env://", timeout=TIMEOUT)
+    try:
+        train(args)
+    finally:
+        dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace) -> None:
+    torch.set_num_threads(1)
+    rank, world = dist.get_rank(), dist.get_world_size()
     gen = torch.Generator().manual_seed(args.seed)
     lengths = torch.randint(1, args.max_length + 1, (args.sequences,), generator=gen).tolist()
     data = Sequences(lengths, args.seed)
-    # Same seed on every rank: the same global batches, each split into per-rank shares.
-    batches = TokenBudgetBatchSampler(
-        lengths, args.tokens_per_step, generator=torch.Generator().manual_seed(args.seed)
-    )
+    # Rank-aware: num_replicas and rank from the process group, the same seed on every rank.
+    sampler = TokenBudgetBatchSampler(lengths, args.tokens_per_rank, seed=args.seed)
     ragged_collate = functools.partial(collate, ragged_keys=["x", "y"])
-    loader = DataLoader(
-        data, batch_sampler=RankBatches(batches, lengths, world, rank), collate_fn=ragged_collate
-    )
+    loader = DataLoader(data, batch_sampler=sampler, collate_fn=ragged_collate)
     torch.manual_seed(0)  # same initial weights everywhere (DDP also broadcasts rank 0's)
     model = torch.nn.parallel.DistributedDataParallel(TokenModel())
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     step = 0
     for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
         for batch in loader:
             tokens = batch["x"].values.shape[0]
             local = loss_sum(model, batch)
@@ -172,18 +174,26 @@ def main() -> None:
     args = parser.parse_args()
     args.sequences = 64 if args.small else 512
     args.max_length = 24 if args.small else 96
-    args.tokens_per_step = 256 if args.small else 1024
+    args.tokens_per_rank = 128 if args.small else 512
     args.epochs = 1 if args.small else 3
     args.print_every = 2 if args.small else 10
+    under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ or (
+        "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+    )
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun else args.world_size
+    if not under_torchrun or os.environ.get("RANK") == "0":
+        say(
+            f"DDP on {world} gloo processes ({'torchrun, env://' if under_torchrun else 'spawned'}"
+            f"): {args.sequences} sequences of 1-{args.max_length} tokens, batches of <= "
+            f"{args.tokens_per_rank} tokens per rank (rank-aware TokenBudgetBatchSampler), "
+            "collated without padding"
+        )
+    if under_torchrun:
+        run_under_torchrun(args)
+        return
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    print(
-        f"DDP on {args.world_size} gloo processes: {args.sequences} sequences of 1-"
-        f"{args.max_length} tokens, global batches of <= {args.tokens_per_step} tokens "
-        "(TokenBudgetBatchSampler), each rank's token-balanced share collated without padding",
-        flush=True,
-    )
     mp.spawn(run, args=(args.world_size, port, args), nprocs=args.world_size, join=True)
 
 

@@ -173,11 +173,13 @@ class PairBiasedAttention(nn.Module):
         return self.out(torch.sigmoid(gate) * o.flatten(-2))
 
     def forward(self, s: RaggedArray, z: RaggedArray) -> RaggedArray:
-        q, k, v, gate = ragged.map(self._qkv, s)  # (B, N*, H, D)
+        # (B, N*, H, D) for q, k, v: name the new head axes (names are never dropped silently)
+        heads = None if s.axes is None else (*s.axes[:2], "head", "channel")
+        q, k, v, gate = ragged.map(self._qkv, s, axes=(heads, heads, heads, "keep"))
         bias = ragged.map(self._bias, z)  # (B, N*, N*, H)
         # Per protein softmax(q k^T * scale + bias) v, without materialising the probabilities.
         o = ragged.attention(q, k, v, scale=self.head_dim**-0.5, bias=bias)
-        return ragged.map(self._output, o, gate)
+        return ragged.map(self._output, o, gate, axes=s.axes)
 
     def padded(self, s: Tensor, z: Tensor, mask: Tensor | None) -> Tensor:
         q, k, v, gate = self._qkv(s)  # (B, N, H, D)

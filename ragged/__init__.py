@@ -1,8 +1,9 @@
 """torch-ragged: JAX-style functional ragged arrays on PyTorch.
 
-A :class:`RaggedArray` is flat ``values`` plus an immutable :class:`Partition` of offsets, with
-optional axis names. It is a pytree (``torch.func`` and ``torch.compile`` accept it), and every
-op is a pure function whose reference semantics is the same op applied to each segment.
+A [`RaggedArray`][ragged.RaggedArray] is flat ``values`` plus an immutable
+[`Partition`][ragged.Partition] of offsets, with optional axis names. It is a pytree
+(``torch.func`` and ``torch.compile`` accept it), and every op is a pure function whose
+reference semantics is the same op applied to each segment.
 
 >>> import ragged, torch
 >>> x = ragged.from_lengths(torch.arange(6.0), [3, 0, 3])
@@ -12,7 +13,7 @@ tensor([[0., 1., 2.],
         [3., 4., 5.]])
 """
 
-from . import _pytree, _serialization, func
+from . import _pytree, _serialization, func, ops
 from . import data as data  # ragged.data: collate, batch samplers, micro-batch planner
 from . import distributed as distributed  # ragged.distributed: collectives and sharding
 from . import nn as nn  # ragged.nn: LayerNorm, multi-head attention, Transformer encoder
@@ -35,43 +36,20 @@ from ._shape import RaggedShape as RaggedShape
 from .func import *  # noqa: F403  (transforms, listed in ragged.func.__all__)
 from .interop import from_danling as from_danling
 from .interop import from_hf as from_hf
+from .interop import from_hf_packed as from_hf_packed
 from .interop import from_packed_sequence as from_packed_sequence
 from .interop import from_pyg as from_pyg
 from .interop import to_danling as to_danling
 from .interop import to_hf as to_hf
+from .interop import to_hf_packed as to_hf_packed
 from .interop import to_packed_sequence as to_packed_sequence
 from .interop import to_pyg as to_pyg
-from .ops import _attention as _ops_attention
-from .ops import _combine as _ops_combine
-from .ops import _einsum as _ops_einsum
-from .ops import _elementwise as _ops_elementwise
-from .ops import _index as _ops_index
-from .ops import _linalg as _ops_linalg
-from .ops import _logical as _ops_logical
-from .ops import _normalize as _ops_normalize
-from .ops import _pairs as _ops_pairs
-from .ops import _reduce as _ops_reduce
-from .ops import _sample as _ops_sample
-from .ops import _scan as _ops_scan
-from .ops import _sort as _ops_sort
-from .ops import _statistics as _ops_statistics
-from .ops._attention import *  # noqa: F403
-from .ops._combine import *  # noqa: F403
-from .ops._einsum import *  # noqa: F403
-from .ops._elementwise import *  # noqa: F403
-from .ops._index import *  # noqa: F403
-from .ops._linalg import *  # noqa: F403
-from .ops._logical import *  # noqa: F403
-from .ops._normalize import *  # noqa: F403
-from .ops._pairs import *  # noqa: F403
-from .ops._reduce import *  # noqa: F403
-from .ops._sample import *  # noqa: F403
-from .ops._scan import *  # noqa: F403
-from .ops._sort import *  # noqa: F403
-from .ops._statistics import *  # noqa: F403
+from .ops import *  # noqa: F403  (every op: ragged.ops.__all__, generated from the registry)
+from .ops._methods import install as _install_methods
 
 _pytree.register()
 _serialization.register()
+_install_methods()
 
 __version__ = "0.1.0"
 
@@ -83,6 +61,7 @@ __all__ = [
     "array",
     "from_danling",
     "from_hf",
+    "from_hf_packed",
     "from_lengths",
     "from_nested",
     "from_nested_lengths",
@@ -93,6 +72,7 @@ __all__ = [
     "from_segment_ids",
     "to_danling",
     "to_hf",
+    "to_hf_packed",
     "to_list",
     "to_mask",
     "to_nested",
@@ -101,18 +81,5 @@ __all__ = [
     "to_pyg",
     "unbind",
 ]
-__all__ += _ops_attention.__all__
-__all__ += _ops_combine.__all__
-__all__ += _ops_einsum.__all__
-__all__ += _ops_elementwise.__all__
-__all__ += _ops_index.__all__
-__all__ += _ops_linalg.__all__
-__all__ += _ops_logical.__all__
-__all__ += _ops_normalize.__all__
-__all__ += _ops_pairs.__all__
-__all__ += _ops_reduce.__all__
-__all__ += _ops_sample.__all__
-__all__ += _ops_scan.__all__
-__all__ += _ops_sort.__all__
-__all__ += _ops_statistics.__all__
+__all__ += ops.__all__
 __all__ += func.__all__

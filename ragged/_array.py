@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from . import _convert, _format, _indexing
+from . import _convert, _format
 from ._axes import AxisNames, check_names
-from ._errors import type_error, value_error
-from ._partition import Partition
+from ._errors import name_of, type_error, typename, value_error
+from ._partition import Partition, Pickled
+from ._registry import public
 from ._shape import RaggedShape
+from ._versions import Parameter
+
+_is_compiling = torch.compiler.is_compiling
+_inference_mode = torch.is_inference_mode_enabled
 
 __all__ = ["RaggedArray"]
 
 
-@dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class RaggedArray:
+@public("arrays")
+@dataclasses.dataclass(frozen=True, eq=False, repr=False, init=False)
+class RaggedArray(Pickled):
     """An immutable array of logical shape ``(B, L*, *inner)`` whose axis 1 is ragged.
 
     Segment ``b`` is the dense tensor ``values[offsets[b]:offsets[b + 1]]`` of shape
@@ -27,18 +33,25 @@ class RaggedArray:
     and ``torch.compile`` accept and return RaggedArrays.
 
     The semantics of every op is the same op applied to each segment separately. For an op
-    ``f`` that keeps the ragged axis this reference loop is the specification::
+    ``f`` that keeps the ragged axis this reference loop is the specification:
 
-        def reference(f, x):
-            return ragged.array([f(x.values[a:b]) for a, b in pairwise(x.offsets.tolist())])
+    ```python
+    def reference(f, x):
+        return ragged.array([f(x.values[a:b]) for a, b in pairwise(x.offsets.tolist())])
+    ```
 
-    Build RaggedArrays with the validating factories (:func:`ragged.array`,
-    :func:`ragged.from_lengths`, :func:`ragged.from_offsets`, ...), not with this constructor,
-    which trusts its arguments.
+    Build RaggedArrays with the validating factories ([`ragged.array`][ragged.array],
+    [`ragged.from_lengths`][ragged.from_lengths], [`ragged.from_offsets`][ragged.from_offsets], ...). This constructor trusts the
+    partition's data and checks only what costs nothing: that ``partition`` is a Partition and
+    ``values`` has one row per child of its last level (the partition itself checks its index
+    tensors' dtypes, devices and sizes when it is built; a ``values`` device that differs is
+    left to the first op, whose torch kernels reject it). Neither edits its tensors in
+    place afterwards: ops check the version counters recorded here (``docs/semantics.md``,
+    Immutability).
 
     Attributes:
         values: ``[total, *inner]`` tensor holding the segments back to back.
-        partition: the :class:`ragged.Partition` of the ragged axes.
+        partition: the [`ragged.Partition`][ragged.Partition] of the ragged axes.
         axes: one unique name per logical axis, or ``None``.
 
     >>> import ragged, torch
@@ -54,6 +67,56 @@ class RaggedArray:
     values: Tensor
     partition: Partition
     axes: AxisNames | None = None
+    # The version counter of ``values`` when built (``None``: not checked); ragged._versions.
+    _values_version: int | None = dataclasses.field(init=False, repr=False)
+
+    def __init__(self, values: Tensor, partition: Partition, axes: AxisNames | None = None) -> None:
+        # Written straight into __dict__ (the frozen dataclass's __setattr__ refuses, and
+        # object.__setattr__ costs more): this runs once per op on tiny inputs too.
+        state = self.__dict__
+        state["values"] = values
+        state["partition"] = partition
+        state["axes"] = axes
+        state["_values_version"] = None
+        if type(partition) is not Partition:
+            raise type_error(
+                RaggedArray, "partition", "must be a ragged.Partition", typename(partition)
+            )
+        cls = type(values)
+        if (cls is not Tensor and cls is not Parameter) or _is_compiling():
+            # Not a plain tensor: a pytree prefix for torch.func (``RaggedArray(0, p)`` as
+            # ``in_dims``), or a fake/functional tensor while tracing, where sizes are symbolic.
+            return
+        rows = partition._rows
+        # Leading batch dims are allowed: torch.func.vmap takes and returns such arrays.
+        if values.dim() == 0 or (values.shape[0] != rows and rows not in values.shape):
+            expected = f"must have one row per value of the partition ({rows})"
+            raise value_error(RaggedArray, "values", expected, f"shape {tuple(values.shape)}")
+        if not _inference_mode():  # tensors made there have no version counter
+            try:  # noqa: SIM105  (contextlib.suppress costs a third of this constructor)
+                state["_values_version"] = values._version
+            except RuntimeError:  # an inference tensor made earlier
+                pass
+
+    @classmethod
+    def _trusted(cls, values: Any, partition: Partition, axes: AxisNames | None) -> RaggedArray:
+        """The constructor without checks (it still records the version counter), for pytree
+        unflattening, where ``torch.func`` rebuilds nodes around anything (batched outputs with
+        extra leading dims, nested structures under ``jacrev``, ints under ``vmap``, ``None``
+        under ``tree_map``), and for the results of hot ops, which are valid by construction."""
+        x = object.__new__(cls)
+        state = x.__dict__
+        state["values"] = values
+        state["partition"] = partition
+        state["axes"] = axes
+        state["_values_version"] = None
+        kind = type(values)
+        if (kind is Tensor or kind is Parameter) and not _is_compiling() and not _inference_mode():
+            try:  # noqa: SIM105  (values_version, inlined: this runs once per op)
+                state["_values_version"] = values._version
+            except RuntimeError:  # an inference tensor made earlier
+                pass
+        return x
 
     # --- structure -------------------------------------------------------------------------
 
@@ -112,19 +175,6 @@ class RaggedArray:
         """Whether the values require grad."""
         return self.values.requires_grad
 
-    @property
-    def mT(self) -> Any:
-        """``x.mT``: only for ``x @ y.mT``, the per-segment pair map ``x_b @ y_b^T``.
-
-        >>> import ragged
-        >>> x = ragged.array([[[1.0, 2.0]], [[0.0, 1.0], [1.0, 0.0]]])
-        >>> (x @ x.mT).shape
-        RaggedShape(2, [1, 2], [[1], [2, 2]])
-        """
-        from .ops._pairs import RaggedTranspose
-
-        return RaggedTranspose(self)
-
     def segment_ids(self) -> Tensor:
         """The segment of each row of ``values``, int64 ``[total]`` (no copy, no sync).
 
@@ -159,7 +209,7 @@ class RaggedArray:
         >>> y.to_list(), y.partition is x.partition
         ([[10.0, 20.0], [30.0]], True)
         """
-        func = "RaggedArray.with_values"
+        func = RaggedArray.with_values
         if not isinstance(values, Tensor):
             raise type_error(func, "values", "must be a Tensor", type(values).__name__)
         if values.dim() == 0 or values.shape[0] != self.values.shape[0]:
@@ -177,7 +227,7 @@ class RaggedArray:
             names = self.axes
         else:
             names = check_names(func, axes, ndim)
-        return RaggedArray(values, self.partition, names)
+        return RaggedArray._trusted(values, self.partition, names)  # rows checked above
 
     def rename(self, *names: str | None, **mapping: str) -> RaggedArray:
         """The same array with new axis names (values and partition shared, not copied).
@@ -191,15 +241,17 @@ class RaggedArray:
         >>> x.rename(None).axes is None
         True
         """
-        func = "RaggedArray.rename"
+        func = RaggedArray.rename
         if names and mapping:
-            raise TypeError(f"{func}: pass names positionally or by keyword, not both.")
+            raise TypeError(f"{name_of(func)}: pass names positionally or by keyword, not both.")
         if names == (None,):
             return RaggedArray(self.values, self.partition, None)
         if names:
             return RaggedArray(self.values, self.partition, check_names(func, names, self.ndim))
         if self.axes is None:
-            raise TypeError(f"{func}: keyword renaming needs a named array, got unnamed axes.")
+            raise TypeError(
+                f"{name_of(func)}: keyword renaming needs a named array, got unnamed axes."
+            )
         unknown = sorted(set(mapping) - set(self.axes))
         if unknown:
             raise value_error(func, "mapping", f"must rename axes among {self.axes}", unknown)
@@ -247,29 +299,24 @@ class RaggedArray:
     # --- conversion ------------------------------------------------------------------------
 
     def to_padded(self, fill_value: float = 0, *, length: int | None = None) -> Tensor:
-        """Dense ``(B, length, *inner)`` tensor; see :func:`ragged.to_padded`."""
+        """Dense ``(B, length, *inner)`` tensor; see [`ragged.to_padded`][ragged.to_padded]."""
         return _convert.to_padded(self, fill_value, length=length)
 
     def to_mask(self, *, length: int | None = None) -> Tensor:
-        """Boolean ``(B, length)`` mask of real positions; see :func:`ragged.to_mask`."""
+        """Boolean ``(B, length)`` mask of real positions; see [`ragged.to_mask`][ragged.to_mask]."""
         return _convert.to_mask(self, length=length)
 
     def to_list(self) -> list:
-        """Nested Python lists, one per segment; see :func:`ragged.to_list`."""
+        """Nested Python lists, one per segment; see [`ragged.to_list`][ragged.to_list]."""
         return _convert.to_list(self)
 
     def unbind(self) -> tuple[Any, ...]:
-        """The segments as a tuple of tensors; see :func:`ragged.unbind`."""
+        """The segments as a tuple of tensors; see [`ragged.unbind`][ragged.unbind]."""
         return _convert.unbind(self)
 
     def to_nested(self) -> Tensor:
-        """A ``torch.nested`` jagged tensor sharing the values; see :func:`ragged.to_nested`."""
+        """A ``torch.nested`` jagged tensor sharing the values; see [`ragged.to_nested`][ragged.to_nested]."""
         return _convert.to_nested(self)
-
-    # --- indexing --------------------------------------------------------------------------
-
-    def __getitem__(self, index: Any) -> Any:
-        return _indexing.getitem(self, index)
 
     def __iter__(self) -> Any:
         return iter(self.unbind())
@@ -277,107 +324,46 @@ class RaggedArray:
     def __repr__(self) -> str:
         return _format.format_array(self)
 
-    # --- operators (elementwise, see ragged.ops._elementwise; `@` is ragged.matmul) -----------
+    # --- operators, indexing and x.mT ------------------------------------------------------
+    # Installed from the table in ``ragged/ops/_methods.py`` once the ops load (the class and its
+    # ops never import each other); declared here for type checkers only.
 
-    def __add__(self, other: Any) -> RaggedArray:
-        return _ew.add(self, other)
+    if TYPE_CHECKING:
 
-    def __radd__(self, other: Any) -> RaggedArray:
-        return _ew.add(other, self)
-
-    def __sub__(self, other: Any) -> RaggedArray:
-        return _ew.subtract(self, other)
-
-    def __rsub__(self, other: Any) -> RaggedArray:
-        return _ew.subtract(other, self)
-
-    def __mul__(self, other: Any) -> RaggedArray:
-        return _ew.multiply(self, other)
-
-    def __rmul__(self, other: Any) -> RaggedArray:
-        return _ew.multiply(other, self)
-
-    def __truediv__(self, other: Any) -> RaggedArray:
-        return _ew.divide(self, other)
-
-    def __rtruediv__(self, other: Any) -> RaggedArray:
-        return _ew.divide(other, self)
-
-    def __floordiv__(self, other: Any) -> RaggedArray:
-        return _ew.floor_divide(self, other)
-
-    def __rfloordiv__(self, other: Any) -> RaggedArray:
-        return _ew.floor_divide(other, self)
-
-    def __mod__(self, other: Any) -> RaggedArray:
-        return _ew.remainder(self, other)
-
-    def __rmod__(self, other: Any) -> RaggedArray:
-        return _ew.remainder(other, self)
-
-    def __pow__(self, other: Any) -> RaggedArray:
-        return _ew.power(self, other)
-
-    def __rpow__(self, other: Any) -> RaggedArray:
-        return _ew.power(other, self)
-
-    def __eq__(self, other: Any) -> RaggedArray:  # type: ignore[override]
-        return _ew.eq(self, other)
-
-    def __ne__(self, other: Any) -> RaggedArray:  # type: ignore[override]
-        return _ew.ne(self, other)
-
-    def __lt__(self, other: Any) -> RaggedArray:
-        return _ew.lt(self, other)
-
-    def __le__(self, other: Any) -> RaggedArray:
-        return _ew.le(self, other)
-
-    def __gt__(self, other: Any) -> RaggedArray:
-        return _ew.gt(self, other)
-
-    def __ge__(self, other: Any) -> RaggedArray:
-        return _ew.ge(self, other)
-
-    def __and__(self, other: Any) -> RaggedArray:
-        return _ew.bitwise_and(self, other)
-
-    def __rand__(self, other: Any) -> RaggedArray:
-        return _ew.bitwise_and(other, self)
-
-    def __or__(self, other: Any) -> RaggedArray:
-        return _ew.bitwise_or(self, other)
-
-    def __ror__(self, other: Any) -> RaggedArray:
-        return _ew.bitwise_or(other, self)
-
-    def __xor__(self, other: Any) -> RaggedArray:
-        return _ew.bitwise_xor(self, other)
-
-    def __rxor__(self, other: Any) -> RaggedArray:
-        return _ew.bitwise_xor(other, self)
-
-    def __invert__(self) -> RaggedArray:
-        return _ew.bitwise_not(self)
-
-    def __neg__(self) -> RaggedArray:
-        return _ew.negative(self)
-
-    def __matmul__(self, other: Any) -> RaggedArray:
-        return _linalg.matmul(self, other)
-
-    def __rmatmul__(self, other: Any) -> RaggedArray:
-        return _linalg.matmul(other, self)
-
-    def __pos__(self) -> RaggedArray:
-        return self
-
-    def __abs__(self) -> RaggedArray:
-        return _ew.abs(self)
+        def __getitem__(self, index: Any) -> Any: ...
+        def __add__(self, other: Any) -> RaggedArray: ...
+        def __radd__(self, other: Any) -> RaggedArray: ...
+        def __sub__(self, other: Any) -> RaggedArray: ...
+        def __rsub__(self, other: Any) -> RaggedArray: ...
+        def __mul__(self, other: Any) -> RaggedArray: ...
+        def __rmul__(self, other: Any) -> RaggedArray: ...
+        def __truediv__(self, other: Any) -> RaggedArray: ...
+        def __rtruediv__(self, other: Any) -> RaggedArray: ...
+        def __floordiv__(self, other: Any) -> RaggedArray: ...
+        def __rfloordiv__(self, other: Any) -> RaggedArray: ...
+        def __mod__(self, other: Any) -> RaggedArray: ...
+        def __rmod__(self, other: Any) -> RaggedArray: ...
+        def __pow__(self, other: Any) -> RaggedArray: ...
+        def __rpow__(self, other: Any) -> RaggedArray: ...
+        def __eq__(self, other: Any) -> RaggedArray: ...  # type: ignore[override]
+        def __ne__(self, other: Any) -> RaggedArray: ...  # type: ignore[override]
+        def __lt__(self, other: Any) -> RaggedArray: ...
+        def __le__(self, other: Any) -> RaggedArray: ...
+        def __gt__(self, other: Any) -> RaggedArray: ...
+        def __ge__(self, other: Any) -> RaggedArray: ...
+        def __and__(self, other: Any) -> RaggedArray: ...
+        def __rand__(self, other: Any) -> RaggedArray: ...
+        def __or__(self, other: Any) -> RaggedArray: ...
+        def __ror__(self, other: Any) -> RaggedArray: ...
+        def __xor__(self, other: Any) -> RaggedArray: ...
+        def __rxor__(self, other: Any) -> RaggedArray: ...
+        def __invert__(self) -> RaggedArray: ...
+        def __neg__(self) -> RaggedArray: ...
+        def __pos__(self) -> RaggedArray: ...
+        def __abs__(self) -> RaggedArray: ...
+        def __matmul__(self, other: Any) -> RaggedArray: ...
+        def __rmatmul__(self, other: Any) -> RaggedArray: ...
+        @property
+        def mT(self) -> Any: ...
 
     __hash__ = object.__hash__  # `==` is elementwise; identity hashing, as for torch.Tensor
-
-
-# Imported last: the ops import RaggedArray from this module.
-from .ops import _elementwise as _ew  # noqa: E402
-from .ops import _linalg  # noqa: E402

@@ -32,30 +32,26 @@ import torch
 from torch import Tensor
 
 from ._array import RaggedArray
-from ._partition import Partition, RowPartition
+from ._errors import Func, name_of
+from ._format import shape_text
+from ._partition import Partition, pair_index
 
 Aligned = tuple[Any, Any, Partition, "tuple[str, ...] | None"]
 
 
-def _shape_text(x: RaggedArray) -> str:
-    if x.values.device.type == "meta" or torch.compiler.is_compiling():
-        return f"(B={x.num_segments}, {'L*, ' * x.ragged_ndim}{tuple(x.inner_shape)})"
-    return "(" + ", ".join(map(str, x.shape.to_list())) + ")"
-
-
-def same_partition(func: str, a: RaggedArray, b: RaggedArray) -> Partition:
+def same_partition(func: Func, a: RaggedArray, b: RaggedArray) -> Partition:
     """The shared partition of ``a`` and ``b`` (identity, else one value comparison)."""
     if a.partition is b.partition:
         return a.partition
     if a.partition.equals(b.partition):
         return a.partition
     raise ValueError(
-        f"{func}: the operands have different ragged structure: {_shape_text(a)} vs "
-        f"{_shape_text(b)}; elementwise ops need equal partitions."
+        f"{name_of(func)}: the operands have different ragged structure: {shape_text(a)} vs "
+        f"{shape_text(b)}; elementwise ops need equal partitions."
     )
 
 
-def align(func: str, a: Any, b: Any) -> Aligned:
+def align(func: Func, a: Any, b: Any) -> Aligned:
     """Line up two operands (at least one a RaggedArray) for an elementwise op.
 
     Returns the two operands' tensors (values-shaped, broadcastable by torch), the result's
@@ -70,8 +66,8 @@ def align(func: str, a: Any, b: Any) -> Aligned:
         partition = same_partition(func, a, b)
         if a.ndim != b.ndim:
             raise ValueError(
-                f"{func}: ragged operands of {a.ndim} and {b.ndim} axes would line their ragged "
-                f"axes up with dense ones ({_shape_text(a)} vs {_shape_text(b)}); add size-1 "
+                f"{name_of(func)}: ragged operands of {a.ndim} and {b.ndim} axes would line their ragged "
+                f"axes up with dense ones ({shape_text(a)} vs {shape_text(b)}); add size-1 "
                 f"inner axes with x[..., None] or name the axes."
             )
         _check_inner(func, a.inner_shape, b.inner_shape, a, b)
@@ -83,24 +79,24 @@ def align(func: str, a: Any, b: Any) -> Aligned:
     return dense, b.values, b.partition, b.axes
 
 
-def _check_inner(func: str, a: Any, b: Any, x: RaggedArray, y: Any) -> None:
+def _check_inner(func: Func, a: Any, b: Any, x: RaggedArray, y: Any) -> None:
     try:
         torch.broadcast_shapes(tuple(a), tuple(b))
     except RuntimeError:
-        other = _shape_text(y) if isinstance(y, RaggedArray) else tuple(y.shape)
+        other = shape_text(y) if isinstance(y, RaggedArray) else tuple(y.shape)
         raise ValueError(
-            f"{func}: inner shapes {tuple(a)} and {tuple(b)} do not broadcast "
-            f"({_shape_text(x)} vs {other})."
+            f"{name_of(func)}: inner shapes {tuple(a)} and {tuple(b)} do not broadcast "
+            f"({shape_text(x)} vs {other})."
         ) from None
 
 
-def _align_dense(func: str, x: RaggedArray, other: Any) -> Any:
+def _align_dense(func: Func, x: RaggedArray, other: Any) -> Any:
     """A dense operand against a RaggedArray, positionally (or by name when both are named)."""
     if not isinstance(other, Tensor):
         if isinstance(other, (int, float, bool, complex)):
             return other
         raise TypeError(
-            f"{func}: `other` must be a RaggedArray, Tensor or number, got {type(other).__name__}."
+            f"{name_of(func)}: `other` must be a RaggedArray, Tensor or number, got {type(other).__name__}."
         )
     if x.axes is not None and other.dim() and any(n is not None for n in _names(other)):
         return _align_named_dense(func, x, other)
@@ -111,7 +107,7 @@ def _align_dense(func: str, x: RaggedArray, other: Any) -> Any:
         return other
     if rank > x.ndim:
         raise ValueError(
-            f"{func}: `other` of shape {tuple(other.shape)} has more axes than {_shape_text(x)}."
+            f"{name_of(func)}: `other` of shape {tuple(other.shape)} has more axes than {shape_text(x)}."
         )
     # `other` reaches into the batch/ragged axes: every ragged axis it meets must be size 1.
     lead = rank - inner  # how many of x's leading (batch + ragged) axes it covers
@@ -120,8 +116,8 @@ def _align_dense(func: str, x: RaggedArray, other: Any) -> Any:
         axis = first + k
         if axis >= 1 and other.shape[k] != 1:
             raise ValueError(
-                f"{func}: `other` of shape {tuple(other.shape)} lines up its axis {k} with the "
-                f"ragged axis {axis} of {_shape_text(x)}, which needs size 1; for a per-segment "
+                f"{name_of(func)}: `other` of shape {tuple(other.shape)} lines up its axis {k} with the "
+                f"ragged axis {axis} of {shape_text(x)}, which needs size 1; for a per-segment "
                 f"operand write other[:, None, ...] (shape (B, 1, ...)), or name the axes of both "
                 f"operands."
             )
@@ -134,8 +130,8 @@ def _align_dense(func: str, x: RaggedArray, other: Any) -> Any:
     if squeezed.shape[0] == 1:
         return squeezed[0]
     raise ValueError(
-        f"{func}: `other` of shape {tuple(other.shape)} has {squeezed.shape[0]} entries on the "
-        f"batch axis of {_shape_text(x)}, expected {x.num_segments} or 1."
+        f"{name_of(func)}: `other` of shape {tuple(other.shape)} has {squeezed.shape[0]} entries on the "
+        f"batch axis of {shape_text(x)}, expected {x.num_segments} or 1."
     )
 
 
@@ -144,13 +140,13 @@ def _names(t: Tensor) -> tuple[str | None, ...]:
     return getattr(t, "names", None) or (None,) * t.dim()
 
 
-def _mismatch(func: str, a: Any, b: Any, why: str) -> ValueError:
+def _mismatch(func: Func, a: Any, b: Any, why: str) -> ValueError:
     def describe(t: Any) -> str:
         if isinstance(t, RaggedArray):
-            return f"{t.axes} {_shape_text(t)}"
+            return f"{t.axes} {shape_text(t)}"
         return f"{_names(t)} {tuple(t.shape)}"
 
-    return ValueError(f"{func}: {why}: {describe(a)} vs {describe(b)}.")
+    return ValueError(f"{name_of(func)}: {why}: {describe(a)} vs {describe(b)}.")
 
 
 def _is_column(x: RaggedArray) -> bool:
@@ -163,14 +159,7 @@ def _is_row(x: RaggedArray) -> bool:
     return x.ragged_ndim == 2 and x.partition.levels[0].unit
 
 
-def _same_level(a: RowPartition, b: RowPartition) -> bool:
-    """Identity, else equal offsets (one comparison)."""
-    return a is b or (
-        a.offsets.shape == b.offsets.shape and bool(torch.equal(a.offsets, b.offsets))
-    )
-
-
-def _pair_operand(func: str, pairs: RaggedArray, other: RaggedArray) -> Tensor | None:
+def _pair_operand(func: Func, pairs: RaggedArray, other: RaggedArray) -> Tensor | None:
     """``other``'s rows for every entry of the pair map ``pairs`` when ``other`` is a size-1
     broadcast of it: ``(B, N*, 1, ...)`` (one value per row ``i``) or ``(B, 1, M*, ...)`` (one
     per column ``j``); ``None`` if it is neither."""
@@ -178,16 +167,16 @@ def _pair_operand(func: str, pairs: RaggedArray, other: RaggedArray) -> Tensor |
     columns = cells.columns
     if columns is None:
         return None
-    if _is_column(other) and _same_level(other.partition.levels[0], rows):
+    if _is_column(other) and other.partition.levels[0].equals(rows):
         return other.values[:, 0].index_select(0, cells.row_ids)
-    if _is_row(other) and _same_level(other.partition.levels[1], columns):
+    if _is_row(other) and other.partition.levels[1].equals(columns):
         segment = rows.row_ids.index_select(0, cells.row_ids)
         index = columns.offsets.index_select(0, segment) + cells.positions()
         return other.values.index_select(0, index)
     return None
 
 
-def _positional_outer(func: str, a: RaggedArray, b: RaggedArray) -> Aligned | None:
+def _positional_outer(func: Func, a: RaggedArray, b: RaggedArray) -> Aligned | None:
     """Broadcasts that create or follow a pair map: ``(B, N*, 1, ...)`` against
     ``(B, 1, M*, ...)`` (either order) gives ``(B, N*, M*, ...)``; either of them against such a
     pair map broadcasts over the pair map's other ragged axis."""
@@ -207,8 +196,6 @@ def _positional_outer(func: str, a: RaggedArray, b: RaggedArray) -> Aligned | No
         column, row, swap = b, a, True
     else:
         return None
-    from .ops._pairs import pair_index
-
     if column.num_segments != row.num_segments:
         raise _mismatch(func, a, b, "outer broadcasting needs the same number of segments")
     _check_inner(func, column.values.shape[2:], row.values.shape[1:], a, b)
@@ -218,10 +205,8 @@ def _positional_outer(func: str, a: RaggedArray, b: RaggedArray) -> Aligned | No
     return (right, left, index.partition, None) if swap else (left, right, index.partition, None)
 
 
-def _named_outer(func: str, a: RaggedArray, b: RaggedArray) -> Aligned:
+def _named_outer(func: Func, a: RaggedArray, b: RaggedArray) -> Aligned:
     """Two one-level arrays whose ragged axes have different names: their pair map."""
-    from .ops._pairs import pair_index
-
     a_axes, b_axes = a.axes or (), b.axes or ()
     if a.num_segments != b.num_segments:
         raise _mismatch(func, a, b, "outer broadcasting needs the same number of segments")
@@ -239,7 +224,7 @@ def _named_outer(func: str, a: RaggedArray, b: RaggedArray) -> Aligned:
     return left, right, index.partition, (a_axes[0], a_axes[1], b_axes[1], *result_inner)
 
 
-def _align_named(func: str, a: RaggedArray, b: RaggedArray) -> Aligned:
+def _align_named(func: Func, a: RaggedArray, b: RaggedArray) -> Aligned:
     a_axes, b_axes = a.axes or (), b.axes or ()
     if (
         a.ragged_ndim == b.ragged_ndim == 1
@@ -278,7 +263,7 @@ def _to_layout(t: Tensor, names: tuple[Any, ...], target: tuple[str, ...], leadi
     return t.reshape(shape)
 
 
-def _align_named_dense(func: str, x: RaggedArray, other: Tensor) -> Tensor:
+def _align_named_dense(func: Func, x: RaggedArray, other: Tensor) -> Tensor:
     """A torch named tensor against a named RaggedArray: align by name.
 
     Its axes must be axes of ``x``: the batch axis (size ``B`` or 1), inner axes, and ragged axes

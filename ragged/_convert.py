@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ._errors import type_error, value_error
+from ._errors import Func, type_error, value_error
+from ._registry import public
 
 if TYPE_CHECKING:
     from ._array import RaggedArray
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["to_list", "to_mask", "to_nested", "to_padded", "unbind"]
 
 
-def _lengths_arg(func: str, x: RaggedArray, length: int | Sequence[int] | None) -> list[int]:
+def _lengths_arg(func: Func, x: RaggedArray, length: int | Sequence[int] | None) -> list[int]:
     """The padded size of every ragged axis: given, known statically, or read once."""
     levels = x.partition.levels
     if length is None:
@@ -67,6 +68,7 @@ def _may_overflow(partition: Partition, sizes: list[int], k: int) -> bool:
     return known is None or known > sizes[k]
 
 
+@public("conversions")
 def to_padded(x: RaggedArray, fill_value: float = 0, *, length: int | None = None) -> Tensor:
     """Pad every segment to a dense ``(B, length, *inner)`` tensor.
 
@@ -91,7 +93,7 @@ def to_padded(x: RaggedArray, fill_value: float = 0, *, length: int | None = Non
             [0],
             [3]])
     """
-    sizes = _lengths_arg("ragged.to_padded", x, length)
+    sizes = _lengths_arg(to_padded, x, length)
     index, valid = padded_index(x.partition, sizes)
     values = x.values
     grid = x.num_segments
@@ -107,8 +109,9 @@ def to_padded(x: RaggedArray, fill_value: float = 0, *, length: int | None = Non
     return out.reshape(x.num_segments, *sizes, *values.shape[1:])
 
 
+@public("conversions")
 def to_mask(x: RaggedArray, *, length: int | None = None) -> Tensor:
-    """Boolean mask, ``True`` at the real positions of :func:`to_padded`'s output.
+    """Boolean mask, ``True`` at the real positions of [`to_padded`][ragged.to_padded]'s output.
 
     >>> import ragged
     >>> ragged.to_mask(ragged.array([[1, 2], [], [3]]))
@@ -116,7 +119,7 @@ def to_mask(x: RaggedArray, *, length: int | None = None) -> Tensor:
             [False, False],
             [ True, False]])
     """
-    sizes = _lengths_arg("ragged.to_mask", x, length)
+    sizes = _lengths_arg(to_mask, x, length)
     if len(sizes) == 1:
         positions = torch.arange(sizes[0], device=x.device)
         return positions < x.lengths[:, None]
@@ -139,6 +142,7 @@ def _group(items: list, partition: Partition) -> list:
     return items
 
 
+@public("conversions")
 def to_list(x: RaggedArray) -> list:
     """The array as nested Python lists (reads all values).
 
@@ -149,6 +153,7 @@ def to_list(x: RaggedArray) -> list:
     return _group(x.values.tolist(), x.partition)
 
 
+@public("conversions")
 def unbind(x: RaggedArray) -> tuple[Any, ...]:
     """The segments: a tuple of ``B`` tensors of shape ``(L_b, *inner)`` (reads the lengths).
 
@@ -163,6 +168,7 @@ def unbind(x: RaggedArray) -> tuple[Any, ...]:
     return tuple(x[b] for b in range(x.num_segments))
 
 
+@public("conversions")
 def to_nested(x: RaggedArray) -> Tensor:
     """A ``torch.nested`` jagged-layout tensor sharing ``x.values`` and ``x.offsets``.
 
@@ -175,7 +181,7 @@ def to_nested(x: RaggedArray) -> Tensor:
     """
     if x.ragged_ndim != 1:
         raise value_error(
-            "ragged.to_nested", "x", "must have one ragged axis", f"{x.ragged_ndim} ragged axes"
+            to_nested, "x", "must have one ragged axis", f"{x.ragged_ndim} ragged axes"
         )
     return torch.nested.nested_tensor_from_jagged(
         x.values, x.offsets, max_seqlen=x.partition.levels[0].max_length

@@ -10,7 +10,7 @@ they also give the partition its exact maximum length, which later makes ``to_pa
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -18,9 +18,10 @@ from torch import Tensor
 
 from ._array import RaggedArray
 from ._axes import check_names
-from ._errors import type_error, typename, value_error
+from ._errors import Func, name_of, type_error, typename, value_error
 from ._from_lists import from_lists
 from ._partition import Partition, RowPartition
+from ._registry import public
 
 __all__ = [
     "array",
@@ -37,7 +38,7 @@ def _checking(validate: bool) -> bool:
     return validate and not torch.compiler.is_compiling()
 
 
-def _values(func: str, values: object, param: str = "values") -> Tensor:
+def _values(func: Func, values: object, param: str = "values") -> Tensor:
     if not isinstance(values, Tensor):
         raise type_error(func, param, "must be a Tensor", typename(values))
     if values.dim() == 0:
@@ -47,10 +48,22 @@ def _values(func: str, values: object, param: str = "values") -> Tensor:
     return values
 
 
+_INT64 = (-(2**63), 2**63)
+
+
 def _index_arg(
-    func: str, param: str, obj: object, device: torch.device
+    func: Func,
+    param: str,
+    obj: object,
+    device: torch.device,
+    check: Callable[[list[int]], object] | None = None,
 ) -> tuple[Tensor, list[int] | None]:
-    """An int64 1-D tensor on ``device``, plus the host list when ``obj`` came from the host."""
+    """An int64 1-D tensor on ``device``, plus the host list when ``obj`` came from the host.
+
+    A tensor argument comes back as given when it is already int64: callers must not keep it
+    (the partition owns its index tensors). A host list is checked by ``check`` (if given) and
+    against the int64 range before it becomes a tensor.
+    """
     if isinstance(obj, Tensor):
         if obj.dtype == torch.bool or obj.dtype.is_floating_point or obj.dtype.is_complex:
             raise type_error(func, param, "must have an integer dtype", obj.dtype)
@@ -64,13 +77,33 @@ def _index_arg(
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in host):
             bad = next(n for n in host if not isinstance(n, int) or isinstance(n, bool))
             raise type_error(func, param, "must contain only ints", f"{bad!r}")
+        if check is not None:
+            check(host)
+        low, high = _INT64
+        for i, n in enumerate(host):
+            if not low <= n < high:
+                raise value_error(func, param, "must hold int64 values", f"{param}[{i}] = {n}")
         return torch.tensor(host, dtype=torch.int64, device=device), host
     raise type_error(
         func, param, "must be a 1-D integer tensor or a sequence of ints", typename(obj)
     )
 
 
-def _named(func: str, values: Tensor, partition: Partition, axes: object) -> RaggedArray:
+def readable(
+    func: Func, param: str, t: Tensor, remedy: str = "pass validate=False, or a list"
+) -> None:
+    """Checks that read ``t`` need its data: a meta tensor has none."""
+    if t.device.type == "meta":
+        expected = f"must hold data to read ({remedy}, for meta tensors)"
+        raise value_error(func, param, expected, "a tensor on the meta device")
+
+
+def _first(mask: Tensor) -> int:
+    """The index of the first ``True`` of a 1-D boolean tensor that has one (error paths)."""
+    return int(torch.argmax(mask.to(torch.int8)))
+
+
+def _named(func: Func, values: Tensor, partition: Partition, axes: object) -> RaggedArray:
     names = check_names(func, axes, partition.ragged_ndim + values.dim())
     return RaggedArray(values, partition, names)
 
@@ -79,16 +112,52 @@ def _named(func: str, values: Tensor, partition: Partition, axes: object) -> Rag
 
 
 def _check_lengths(
-    func: str, host: list[int], total: int, total_text: str, param: str = "lengths"
-) -> int:
+    func: Func, host: list[int], total: int, total_text: str, param: str = "lengths"
+) -> None:
+    """Host lengths: each in ``[0, total]`` (checked before summing), summing to ``total``."""
     for b, n in enumerate(host):
         if n < 0:
             raise value_error(func, param, "must be non-negative", f"{param}[{b}] = {n}")
+    for b, n in enumerate(host):
+        if n > total:
+            expected = f"must be at most {total_text} = {total}"
+            raise value_error(func, param, expected, f"{param}[{b}] = {n}")
     if sum(host) != total:
         raise value_error(func, param, f"must sum to {total_text} = {total}", f"sum {sum(host)}")
-    return max(host, default=0)
 
 
+def _checked_lengths(
+    func: Func, param: str, lengths: Tensor, total: int, total_text: str
+) -> tuple[int, int]:
+    """Tensor lengths checked as ``_check_lengths`` does (one read): ``(max, squares)``.
+
+    Each length is compared with ``total`` before the sum is trusted: with every length in
+    ``[0, total]`` an int64 sum cannot wrap unless ``B * total`` reaches ``2**63``, and then a
+    float64 sum decides.
+    """
+    readable(func, param, lengths)
+    if not lengths.numel():
+        if total != 0:
+            raise value_error(func, param, f"must sum to {total_text} = {total}", "sum 0")
+        return 0, 0
+    low, summed, high, squares = torch.stack(
+        [lengths.min(), lengths.sum(), lengths.max(), (lengths * lengths).sum()]
+    ).tolist()
+    if low < 0:
+        b = _first(lengths < 0)
+        raise value_error(func, param, "must be non-negative", f"{param}[{b}] = {int(lengths[b])}")
+    if high > total:
+        b = _first(lengths > total)
+        expected = f"must be at most {total_text} = {total}"
+        raise value_error(func, param, expected, f"{param}[{b}] = {int(lengths[b])}")
+    if lengths.shape[0] * total >= 2**63:  # the int64 sum may have wrapped
+        summed = round(float(lengths.to(torch.float64).sum()))
+    if summed != total:
+        raise value_error(func, param, f"must sum to {total_text} = {total}", f"sum {summed}")
+    return high, squares
+
+
+@public("constructors")
 def from_lengths(
     values: Tensor,
     lengths: Tensor | Sequence[int],
@@ -101,15 +170,19 @@ def from_lengths(
     Args:
         values: ``[total, *inner]``, the segments back to back (not copied).
         lengths: per-segment lengths, a 1-D integer tensor on the values' device or a
-            sequence of ints; non-negative, summing to ``total``.
+            sequence of ints; non-negative, summing to ``total``. The array keeps its own copy:
+            later writes to ``lengths`` do not change it.
         axes: optional unique names, one per logical axis.
         validate: check tensor ``lengths`` (one small read from the device); host lengths are
-            always checked.
+            always checked. With ``validate=False`` invalid lengths give wrong segments (a
+            well-formed partition: each length clamped into ``[0, total]``, the last segment
+            ending at ``total``), never an out-of-bounds access.
 
     Raises:
         TypeError: ``values`` is not a tensor, or ``lengths`` is not integer.
-        ValueError: ``values`` is 0-dim, a length is negative, the lengths do not sum to
-            ``total``, ``lengths`` is on another device, or ``axes`` is malformed.
+        ValueError: ``values`` is 0-dim, a length is negative or exceeds ``total``, the lengths
+            do not sum to ``total``, ``lengths`` is on another device (or on ``meta`` with
+            ``validate=True``), or ``axes`` is malformed.
 
     >>> import ragged, torch
     >>> ragged.from_lengths(torch.arange(5), [2, 0, 3])
@@ -120,32 +193,28 @@ def from_lengths(
     Traceback (most recent call last):
     ValueError: ragged.from_lengths: `lengths` must sum to values.shape[0] = 5, got sum 4.
     """
-    func = "ragged.from_lengths"
+    func = from_lengths
     values = _values(func, values)
-    lengths_t, host = _index_arg(func, "lengths", lengths, values.device)
     total = values.shape[0]
-    max_length = squares = None
-    if host is None and _checking(validate) and lengths_t.numel():
-        host_stats = torch.stack(
-            [lengths_t.min(), lengths_t.sum(), lengths_t.max(), (lengths_t * lengths_t).sum()]
-        ).tolist()
-        low, summed, max_length, squares = host_stats
-        if low < 0:
-            b = int(torch.argmin(lengths_t))
-            raise value_error(func, "lengths", "must be non-negative", f"lengths[{b}] = {low}")
-        if summed != total:
-            raise value_error(
-                func, "lengths", f"must sum to values.shape[0] = {total}", f"sum {summed}"
-            )
-    elif host is not None:
-        max_length = _check_lengths(func, host, total, "values.shape[0]")
+
+    def check(host: list[int]) -> None:
+        _check_lengths(func, host, total, "values.shape[0]")
+
+    lengths_t, host = _index_arg(func, "lengths", lengths, values.device, check)
+    if host is not None:  # a fresh tensor, checked on the host
         squares = sum(n * n for n in host)
-    elif _checking(validate) and total != 0:
-        raise value_error(func, "lengths", f"must sum to values.shape[0] = {total}", "sum 0")
-    partition = Partition((RowPartition.from_lengths(lengths_t, total, max_length, squares),))
-    return _named(func, values, partition, axes)
+        level = RowPartition.from_lengths(lengths_t, total, max(host, default=0), squares)
+    elif _checking(validate):
+        longest, squares = _checked_lengths(func, "lengths", lengths_t, total, "values.shape[0]")
+        level = RowPartition.from_lengths(lengths_t.clone(), total, longest, squares)
+    else:
+        if lengths_t.shape[0] == 0 and total != 0:  # no segment to hold the rows (no read)
+            raise value_error(func, "lengths", f"must sum to values.shape[0] = {total}", "sum 0")
+        level = RowPartition.from_unchecked_lengths(lengths_t, total)
+    return _named(func, values, Partition((level,)), axes)
 
 
+@public("constructors")
 def from_offsets(
     values: Tensor,
     offsets: Tensor | Sequence[int],
@@ -158,9 +227,12 @@ def from_offsets(
     Args:
         values: ``[total, *inner]`` (not copied).
         offsets: ``B + 1`` integers starting at 0, non-decreasing, ending at ``total``; a 1-D
-            integer tensor on the values' device or a sequence of ints.
+            integer tensor on the values' device or a sequence of ints. The array keeps its
+            own copy.
         axes: optional unique names, one per logical axis.
-        validate: check tensor ``offsets`` (one small read from the device).
+        validate: check tensor ``offsets`` (one small read from the device). With
+            ``validate=False`` invalid offsets give wrong segments (clamped into ``[0, total]``,
+            made non-decreasing, from 0 to ``total``), never an out-of-bounds access.
 
     >>> import ragged, torch
     >>> ragged.from_offsets(torch.arange(5.0), torch.tensor([0, 2, 2, 5])).lengths
@@ -169,42 +241,74 @@ def from_offsets(
     Traceback (most recent call last):
     ValueError: ragged.from_offsets: `offsets` must start at 0, got offsets[0] = 1.
     """
-    func = "ragged.from_offsets"
+    func = from_offsets
     values = _values(func, values)
-    offsets_t, host = _index_arg(func, "offsets", offsets, values.device)
+    total = values.shape[0]
+
+    def check(host: list[int]) -> None:
+        if not host:
+            return
+        decrease = next((i for i in range(1, len(host)) if host[i] < host[i - 1]), None)
+        _check_offsets(func, host[0], decrease, host[-1], total, lambda i: host[i])
+
+    offsets_t, host = _index_arg(func, "offsets", offsets, values.device, check)
     if offsets_t.numel() == 0:
         raise value_error(
             func, "offsets", "must have at least one entry (B + 1 for B segments)", "[]"
         )
-    total = values.shape[0]
-    max_length = squares = None
-    stats: list[int] | None = None
     if host is not None:
         steps = [b - a for a, b in itertools.pairwise(host)]
         squares = sum(n * n for n in steps)
-        stats = [host[0], host[-1], min(steps, default=0), max(steps, default=0), squares]
+        level = RowPartition.from_offsets(offsets_t, total, max(steps, default=0), squares)
     elif _checking(validate):
+        readable(func, "offsets", offsets_t)
         steps_t = torch.diff(offsets_t)
         if steps_t.numel() == 0:
             steps_t = offsets_t.new_zeros(1)
-        stats = torch.stack(
-            [offsets_t[0], offsets_t[-1], steps_t.min(), steps_t.max(), (steps_t * steps_t).sum()]
+        decreasing = (offsets_t[1:] < offsets_t[:-1]).to(torch.int64)  # compared: no wrap
+        first, last, decreases, longest, squares = torch.stack(
+            [
+                offsets_t[0],
+                offsets_t[-1],
+                decreasing.sum(),
+                steps_t.max(),
+                (steps_t * steps_t).sum(),
+            ]
         ).tolist()
-    if stats is not None:
-        first, last, min_step, max_length, squares = stats
-        if first != 0:
-            raise value_error(func, "offsets", "must start at 0", f"offsets[0] = {first}")
-        if min_step < 0:
-            at = int(torch.argmin(torch.diff(offsets_t))) + 1
-            got = f"offsets[{at}] = {int(offsets_t[at])} < offsets[{at - 1}] = {int(offsets_t[at - 1])}"
-            raise value_error(func, "offsets", "must be non-decreasing", got)
-        if last != total:
-            expected = f"must end at values.shape[0] = {total}"
-            raise value_error(func, "offsets", expected, f"offsets[-1] = {last}")
-    partition = Partition((RowPartition.from_offsets(offsets_t, total, max_length, squares),))
-    return _named(func, values, partition, axes)
+        decrease = int(torch.argmax(decreasing)) + 1 if decreases else None
+        _check_offsets(func, first, decrease, last, total, lambda i: int(offsets_t[i]))
+        level = RowPartition.from_offsets(offsets_t.clone(), total, longest, squares)
+    else:
+        if offsets_t.shape[0] == 1 and total != 0:  # no segment to hold the rows (no read)
+            raise value_error(
+                func, "offsets", f"must end at values.shape[0] = {total}", "a single offset"
+            )
+        level = RowPartition.from_unchecked_offsets(offsets_t, total)
+    return _named(func, values, Partition((level,)), axes)
 
 
+def _check_offsets(
+    func: Func,
+    first: int,
+    decrease: int | None,
+    last: int,
+    total: int,
+    at: Callable[[int], int],
+) -> None:
+    """Offsets start at 0, never decrease (``decrease``: the first index that does), and end
+    at ``total``; with these, every offset lies in ``[0, total]``."""
+    if first != 0:
+        raise value_error(func, "offsets", "must start at 0", f"offsets[0] = {first}")
+    if decrease is not None:
+        i = decrease
+        got = f"offsets[{i}] = {at(i)} < offsets[{i - 1}] = {at(i - 1)}"
+        raise value_error(func, "offsets", "must be non-decreasing", got)
+    if last != total:
+        expected = f"must end at values.shape[0] = {total}"
+        raise value_error(func, "offsets", expected, f"offsets[-1] = {last}")
+
+
+@public("constructors")
 def from_segment_ids(
     values: Tensor,
     segment_ids: Tensor | Sequence[int],
@@ -217,10 +321,13 @@ def from_segment_ids(
 
     Args:
         values: ``[total, *inner]`` (not copied).
-        segment_ids: ``total`` sorted integers in ``[0, num_segments)``.
+        segment_ids: ``total`` sorted integers in ``[0, num_segments)``. The array keeps its
+            own copy.
         num_segments: ``B``; segments no id names are empty.
         axes: optional unique names, one per logical axis.
-        validate: check tensor ids (one small read from the device).
+        validate: check tensor ids (one small read from the device). With ``validate=False``
+            unsorted or out-of-range ids give wrong segments (each segment gets as many rows
+            as ids name it, ids clamped into range), never an out-of-bounds access.
 
     >>> import ragged, torch
     >>> ragged.from_segment_ids(torch.arange(4), torch.tensor([0, 0, 2, 2]), 4).lengths
@@ -229,7 +336,7 @@ def from_segment_ids(
     Traceback (most recent call last):
     ValueError: ragged.from_segment_ids: `segment_ids` must be sorted (non-decreasing), got segment_ids[1] = 0 < segment_ids[0] = 1.
     """
-    func = "ragged.from_segment_ids"
+    func = from_segment_ids
     values = _values(func, values)
     if isinstance(num_segments, bool) or not isinstance(num_segments, (int, torch.SymInt)):
         raise type_error(func, "num_segments", "must be an int", typename(num_segments))
@@ -240,31 +347,43 @@ def from_segment_ids(
     if ids.shape[0] != total:
         expected = f"must have one id per row of values ({total})"
         raise value_error(func, "segment_ids", expected, f"{ids.shape[0]} ids")
-    max_length = squares = None
-    if (host is not None or _checking(validate)) and total:
-        steps = torch.diff(ids)
-        if steps.numel() == 0:
-            steps = ids.new_zeros(1)
-        lengths = torch.bincount(ids.clamp(0, max(num_segments - 1, 0)), minlength=num_segments)
-        first, last, min_step, max_length, squares = torch.stack(
-            [ids[0], ids[-1], steps.min(), lengths.max(), (lengths * lengths).sum()]
-        ).tolist()
-        if min_step < 0:
-            at = int(torch.argmin(steps)) + 1
-            got = f"segment_ids[{at}] = {int(ids[at])} < segment_ids[{at - 1}] = {int(ids[at - 1])}"
-            raise value_error(func, "segment_ids", "must be sorted (non-decreasing)", got)
-        if first < 0 or last >= num_segments:
-            bad = first if first < 0 else last
-            raise value_error(func, "segment_ids", f"must be in [0, {num_segments})", f"id {bad}")
-    elif total == 0:
-        max_length = squares = 0
-    partition = Partition((RowPartition.from_row_ids(ids, num_segments, max_length, squares),))
-    return _named(func, values, partition, axes)
+    level = segment_ids_level(
+        func, "segment_ids", ids, num_segments, host is not None or _checking(validate)
+    )
+    return _named(func, values, Partition((level,)), axes)
+
+
+def segment_ids_level(func: Func, param: str, ids: Tensor, num: int, check: bool) -> RowPartition:
+    """The level of sorted segment ``ids`` in ``[0, num)`` (checked with one read when
+    ``check``; otherwise ``RowPartition.from_unchecked_row_ids``). The caller's ``ids``
+    are not kept."""
+    total = ids.shape[0]
+    if num == 0 and total:  # no segment to hold the rows (no read)
+        raise value_error(func, param, "must be in [0, 0)", "ids for 0 segments")
+    if not check:
+        return RowPartition.from_unchecked_row_ids(ids, num)
+    if total == 0:
+        return RowPartition.from_row_ids(ids.clone(), num, 0, 0)
+    readable(func, param, ids)
+    unsorted = (ids[1:] < ids[:-1]).to(torch.int64)  # compared, not diffed: no wrap-around
+    lengths = torch.bincount(ids.clamp(0, max(num - 1, 0)), minlength=num)
+    low, high, unsorted_n, longest, squares = torch.stack(
+        [ids.min(), ids.max(), unsorted.sum(), lengths.max(), (lengths * lengths).sum()]
+    ).tolist()
+    if unsorted_n:
+        at = int(torch.argmax(unsorted)) + 1
+        got = f"{param}[{at}] = {int(ids[at])} < {param}[{at - 1}] = {int(ids[at - 1])}"
+        raise value_error(func, param, "must be sorted (non-decreasing)", got)
+    if low < 0 or high >= num:
+        raise value_error(func, param, f"must be in [0, {num})", f"id {low if low < 0 else high}")
+
+    return RowPartition.from_row_ids(ids.clone(), num, longest, squares)
 
 
 # --- padded / nested ------------------------------------------------------------------------
 
 
+@public("constructors")
 def from_padded(
     padded: Tensor,
     lengths: Tensor | Sequence[int] | None = None,
@@ -301,7 +420,7 @@ def from_padded(
     Traceback (most recent call last):
     ValueError: ragged.from_padded: `mask` must be left-aligned (True on a prefix of each row), got row 0 = [True, False, True].
     """
-    func = "ragged.from_padded"
+    func = from_padded
     if not isinstance(padded, Tensor):
         raise type_error(func, "padded", "must be a Tensor", typename(padded))
     needed = 3 if pairs else 2
@@ -331,7 +450,7 @@ def from_padded(
 
 
 def _padded_level(
-    func: str,
+    func: Func,
     lengths: Tensor | Sequence[int] | None,
     mask: Tensor | None,
     num: int,
@@ -340,13 +459,14 @@ def _padded_level(
 ) -> RowPartition:
     """The first ragged level of ``from_padded``, from lengths, a prefix mask, or full rows."""
     if lengths is not None and mask is not None:
-        raise TypeError(f"{func}: pass `lengths` or `mask`, not both.")
+        raise TypeError(f"{name_of(func)}: pass `lengths` or `mask`, not both.")
     host: list[int] | None
     if mask is not None:
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
             raise type_error(func, "mask", "must be a bool Tensor", typename(mask))
         if tuple(mask.shape) != (num, width):
             raise value_error(func, "mask", f"must have shape ({num}, {width})", tuple(mask.shape))
+        readable(func, "mask", mask, "pass lengths as a list")
         lengths_t = mask.sum(1)
         prefix = torch.arange(width, device=mask.device) < lengths_t[:, None]
         bad_rows = (prefix != mask).any(1)
@@ -365,6 +485,7 @@ def _padded_level(
         lengths_t = torch.full((num,), width, dtype=torch.int64, device=device)
         host = [width] * num
     if host is None:
+        readable(func, "lengths", lengths_t, "pass lengths as a list")
         stats = (
             torch.stack(
                 [lengths_t.min(), lengths_t.max(), lengths_t.sum(), (lengths_t * lengths_t).sum()]
@@ -373,6 +494,7 @@ def _padded_level(
             else None
         )
         low, high, total, squares = stats.tolist() if stats is not None else (0, 0, 0, 0)
+        lengths_t = lengths_t.clone() if lengths_t is lengths else lengths_t  # own it
     else:
         low, high, total = min(host, default=0), max(host, default=0), sum(host)
         squares = sum(n * n for n in host)
@@ -381,6 +503,7 @@ def _padded_level(
     return RowPartition.from_lengths(lengths_t, total, high, squares)
 
 
+@public("constructors")
 def from_nested_lengths(
     values: Tensor,
     nested_lengths: Sequence[Tensor | Sequence[int]],
@@ -405,7 +528,7 @@ def from_nested_lengths(
     >>> docs.shape, docs.to_list()
     (RaggedShape(2, [2, 1], [[3, 1], [2]]), [[[0, 1, 2], [3]], [[4, 5]]])
     """
-    func = "ragged.from_nested_lengths"
+    func = from_nested_lengths
     values = _values(func, values)
     if (
         isinstance(nested_lengths, (Tensor, str))
@@ -423,43 +546,40 @@ def from_nested_lengths(
         for k, lengths in enumerate(nested_lengths)
     ]
     levels = []
-    longest: int | None
-    squares: int | None
     for k, (lengths_t, host) in enumerate(parsed):
         total = parsed[k + 1][0].shape[0] if k + 1 < len(parsed) else values.shape[0]
         what = f"len(nested_lengths[{k + 1}])" if k + 1 < len(parsed) else "values.shape[0]"
+        param = f"nested_lengths[{k}]"
         if host is not None:
-            longest = _check_lengths(func, host, total, what, param=f"nested_lengths[{k}]")
+            _check_lengths(func, host, total, what, param=param)
             squares = sum(n * n for n in host)
-        elif _checking(validate) and lengths_t.numel():
-            low, summed, longest, squares = torch.stack(
-                [lengths_t.min(), lengths_t.sum(), lengths_t.max(), (lengths_t * lengths_t).sum()]
-            ).tolist()
-            if low < 0:
-                raise value_error(
-                    func, f"nested_lengths[{k}]", "must be non-negative", f"minimum {low}"
-                )
-            if summed != total:
-                raise value_error(
-                    func, f"nested_lengths[{k}]", f"must sum to {what} = {total}", f"sum {summed}"
-                )
+            level = RowPartition.from_lengths(lengths_t, total, max(host, default=0), squares)
+        elif _checking(validate):
+            longest, squares = _checked_lengths(func, param, lengths_t, total, what)
+            level = RowPartition.from_lengths(lengths_t.clone(), total, longest, squares)
         else:
-            longest = squares = None
-        levels.append(RowPartition.from_lengths(lengths_t, total, longest, squares))
+            if lengths_t.shape[0] == 0 and total != 0:  # no row to hold the children (no read)
+                raise value_error(func, param, f"must sum to {what} = {total}", "sum 0")
+            level = RowPartition.from_unchecked_lengths(lengths_t, total)
+        levels.append(level)
     return _named(func, values, Partition(tuple(levels)), axes)
 
 
+@public("constructors")
 def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray:
-    """A RaggedArray sharing the values and offsets of a ``torch.nested`` jagged tensor.
+    """A RaggedArray sharing the values of a ``torch.nested`` jagged tensor.
 
-    A jagged tensor with holes (built with ``lengths``) is compacted (its values are copied).
+    The offsets are copied (the array owns its index tensors) and, as torch does not check
+    them, made well formed without reading them (see
+    ``ragged.RowPartition.from_unchecked_offsets``). A jagged tensor with holes (built with
+    ``lengths``) is compacted (its values are copied).
 
     >>> import ragged, torch
     >>> nt = torch.nested.nested_tensor([torch.ones(2), torch.zeros(1)], layout=torch.jagged)
     >>> ragged.from_nested(nt).to_list()
     [[1.0, 1.0], [0.0]]
     """
-    func = "ragged.from_nested"
+    func = from_nested
     if not isinstance(nt, Tensor) or not nt.is_nested or nt.layout != torch.jagged:
         raise type_error(
             func, "nt", "must be a torch.nested tensor with layout=torch.jagged", typename(nt)
@@ -470,11 +590,12 @@ def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray
     values, offsets, holes = nt.values(), nt.offsets(), nt.lengths()  # type: ignore[attr-defined]
     total = values.shape[0]
     if holes is None:
-        level = RowPartition.from_offsets(offsets.to(torch.int64), total)
-    else:
-        lengths_t = holes.to(torch.int64)
+        level = RowPartition.from_unchecked_offsets(offsets.to(torch.int64), total)
+    else:  # every kept row must lie inside `values`: clamp the starts and the lengths
+        starts = offsets[:-1].to(torch.int64).clamp(0, total)
+        lengths_t = torch.minimum(holes.to(torch.int64).clamp(min=0), total - starts)
         level = RowPartition.from_lengths(lengths_t, int(lengths_t.sum()))
-        values = values[offsets[:-1].to(torch.int64)[level.row_ids] + level.positions()]
+        values = values[starts[level.row_ids] + level.positions()]
     return _named(func, values, Partition((level,)), axes)
 
 
@@ -482,7 +603,7 @@ def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray
 
 
 def _segments_from_tensors(
-    func: str, data: Sequence[Any], dtype: torch.dtype | None, device: Any
+    func: Func, data: Sequence[Any], dtype: torch.dtype | None, device: Any
 ) -> tuple[Tensor, list[int]]:
     tensors = [seg if isinstance(seg, Tensor) else torch.as_tensor(seg) for seg in data]
     for b, seg in enumerate(tensors):
@@ -515,6 +636,7 @@ def _segments_from_tensors(
     return values.to(dtype=dtype, device=device), [seg.shape[0] for seg in tensors]
 
 
+@public("constructors")
 def array(
     data: Sequence[Any],
     *,
@@ -550,7 +672,7 @@ def array(
     Traceback (most recent call last):
     ValueError: ragged.array: `data` must be nested lists of one consistent depth, got depths [2, 3].
     """
-    func = "ragged.array"
+    func = array
     if isinstance(data, Tensor) or not isinstance(data, Sequence) or isinstance(data, str):
         raise type_error(
             func,

@@ -74,7 +74,7 @@ def format_array(x: RaggedArray) -> str:
         body = "RaggedArray([" + ("," + "\n" + " " * indent).join(shown) + "]"
     else:
         body = "RaggedArray("
-    details.append(f"shape={_shape_text(x)}")
+    details.append(f"shape={shape_text(x)}")
     if values.dtype not in (torch.get_default_dtype(), torch.int64, torch.bool):
         details.append(f"dtype={values.dtype}")
     if values.device.type != "cpu":
@@ -89,9 +89,18 @@ def format_array(x: RaggedArray) -> str:
     return body + separator + ", ".join(details) + ")"
 
 
-def _shape_text(x: RaggedArray) -> str:
-    if x.values.device.type == "meta":
-        parts = [x.num_segments, *["?"] * x.ragged_ndim, *x.inner_shape]
+def shape_text(x: RaggedArray) -> str:
+    """The logical shape for error messages, e.g. ``(2, [1, 2], 2)``.
+
+    It reads the lengths, except on the meta device and while compiling (no host reads there),
+    where ragged axes show as ``L*``.
+
+    >>> import ragged
+    >>> shape_text(ragged.array([[[1, 2]], [[3, 4], [5, 6]]]))
+    '(2, [1, 2], 2)'
+    """
+    if x.values.device.type == "meta" or torch.compiler.is_compiling():
+        parts = [x.num_segments, *["L*"] * x.ragged_ndim, *x.inner_shape]
     else:
         parts = x.shape.to_list()
     return "(" + ", ".join(map(str, parts)) + ")"

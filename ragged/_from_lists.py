@@ -7,13 +7,21 @@ ragged (their lists may differ in length); the rest are dense (uniform). Unless 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ._errors import value_error
+from ._errors import Func, type_error, value_error
+
+try:  # numpy scalars are numbers to torch.tensor
+    from numpy import generic as _np_generic
+
+    _SCALARS: tuple[type, ...] = (numbers.Number, _np_generic)
+except ImportError:  # pragma: no cover - numpy is optional
+    _SCALARS = (numbers.Number,)
 
 
 def _depth(obj: Any, level: int, depths: set[int], empties: list[int]) -> None:
@@ -56,7 +64,7 @@ def _split(
 
 
 def from_lists(
-    func: str, data: Sequence[Any], ragged_ndim: int | None, dtype: torch.dtype | None, device: Any
+    func: Func, data: Sequence[Any], ragged_ndim: int | None, dtype: torch.dtype | None, device: Any
 ) -> tuple[Tensor, list[list[int]]]:
     """Values and the host lengths of every ragged level, from nested lists."""
     depths: set[int] = set()
@@ -92,7 +100,8 @@ def from_lists(
         _split(segment, 1, ragged_ndim, levels, rows)
     try:
         values = torch.tensor(rows, dtype=dtype, device=device)
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, RuntimeError) as err:
+        _explain(func, data, dtype)
         shapes = sorted({_row_shape(row) for row in rows})
         raise value_error(
             func,
@@ -101,3 +110,27 @@ def from_lists(
             f"row shapes {shapes}",
         ) from err
     return values, levels
+
+
+def _leaves(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, (list, tuple)):
+        for i, item in enumerate(obj):
+            yield from _leaves(item, f"{path}[{i}]")
+    else:
+        yield path, obj
+
+
+def _explain(func: Func, data: Sequence[Any], dtype: torch.dtype | None) -> None:
+    """Raise the error that says why ``torch.tensor`` refused ``data``, when it is not a shape
+    mismatch: an entry that is not a number, or an integer beyond int64."""
+    for path, leaf in _leaves(data, "data"):
+        if isinstance(leaf, _SCALARS):  # bool is a Number
+            if isinstance(leaf, int) and dtype is None and not -(2**63) <= leaf < 2**63:
+                raise value_error(
+                    func,
+                    "data",
+                    "must hold integers within int64 (pass dtype=torch.float64 for larger ones)",
+                    f"{path} = {leaf}",
+                )
+        elif not (isinstance(leaf, Tensor) and leaf.dim() == 0):
+            raise type_error(func, "data", "must hold numbers", f"{path} = {leaf!r}")

@@ -1,6 +1,6 @@
 """Partitions: how the flat ``values`` of a RaggedArray split into segments and rows.
 
-A :class:`Partition` is a stack of :class:`RowPartition` levels, one per ragged axis, in the
+A [`Partition`][ragged.Partition] is a stack of [`RowPartition`][ragged.RowPartition] levels, one per ragged axis, in the
 style of TensorFlow's nested row partitions. Level 0 splits the ``B`` segments into rows of the
 first ragged axis; level ``k`` splits the rows of level ``k - 1`` into rows of the next ragged
 axis; the children of the last level are the rows of ``values``.
@@ -8,25 +8,60 @@ axis; the children of the last level are the rows of ``values``.
 Both classes compare and hash by identity. They ride in the pytree *context* of a RaggedArray,
 and ``torch.func`` compares contexts when it checks that two trees match: identity makes that
 check cheap and never asks a tensor for its truth value. Value equality is
-:meth:`Partition.equals` (one comparison of the offsets, which reads device memory).
+[`Partition.equals`][ragged.Partition.equals] (one comparison of the offsets, which reads device memory).
 
-Nothing here validates: partitions are built by the factories in ``ragged._factories`` (which
-validate user input) and by ops (whose outputs are valid by construction).
+Nothing here reads tensor data: partitions are built by the factories in ``ragged._factories``
+(which validate user input) and by ops (whose outputs are valid by construction). Building a
+``Partition`` checks only what costs nothing (dtypes, devices, dims and the sizes that chain
+the levels) and records the version counters of its tensors (``ragged._versions``). Loading one
+from a file or a pickle checks everything (``ragged._serialization``): files are untrusted.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-__all__ = ["Partition", "RowPartition"]
+from ._errors import type_error, typename, value_error
+from ._registry import public
+from ._versions import stamp
+
+__all__ = ["Partition", "RowPartition"]  # pair_index and length_stats are internal helpers
 
 
+class Pickled:
+    """Pickling and copying of the immutable ragged classes (RowPartition, Partition,
+    RaggedArray): loading checks everything (``ragged._serialization``, files are untrusted);
+    ``copy.copy`` returns the object itself and ``copy.deepcopy`` rebuilds it through its
+    constructor (copies in memory are trusted)."""
+
+    # Installed by ``ragged._serialization.register()`` when ``ragged`` loads (it imports this
+    # module, so this module cannot import it).
+    _reduce: ClassVar[Callable[[Any], tuple[Any, ...]]]
+    _setstate: ClassVar[Callable[[Any, Any], None]]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Pickled._reduce(self)
+
+    def __setstate__(self, state: Any) -> None:
+        Pickled._setstate(self, state)
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        fields = [f for f in dataclasses.fields(self) if f.init]  # type: ignore[arg-type]
+        return type(self)(*(copy.deepcopy(getattr(self, f.name), memo) for f in fields))
+
+
+@public("arrays")
 @dataclasses.dataclass(frozen=True, eq=False)
-class RowPartition:
+class RowPartition(Pickled):
     """One ragged axis: parent row ``r`` owns the children ``offsets[r]:offsets[r + 1]``.
 
     Attributes:
@@ -34,7 +69,8 @@ class RowPartition:
         lengths: int64 ``[num_rows]``, ``offsets.diff()``.
         row_ids: int64 ``[num_children]``, the parent row of each child (sorted).
         max_length: the exact maximum of ``lengths`` as a Python int, or ``None`` when it is
-            not known without reading device memory. It is static metadata: under
+            not known without reading device memory (a product level may hold its columns'
+            maximum instead, an upper bound). It is static metadata: under
             ``torch.compile(dynamic=True)`` it becomes a symbolic size.
         sum_squares: the exact ``sum(lengths ** 2)`` as a Python int, or ``None``: the number of
             pairs of a pair map over this level, so that building one needs no host sync.
@@ -93,6 +129,59 @@ class RowPartition:
         return RowPartition(offsets, lengths, row_ids, max_length, sum_squares)
 
     @staticmethod
+    def from_unchecked_lengths(lengths: Tensor, total: int) -> RowPartition:
+        """A level from int64 ``lengths`` that nobody checked (``validate=False``, compiled code).
+
+        Valid lengths (non-negative, summing to ``total``) give exactly ``from_lengths``'s
+        level. Invalid ones give a well-formed level instead of out-of-bounds writes (a negative
+        length or an overflowing sum makes ``repeat_interleave`` write outside its output): the
+        segment ends are clamped into ``[0, total]``, made non-decreasing and the last set to
+        ``total``. No data is read; the tensors are new (the caller's are not kept).
+
+        >>> RowPartition.from_unchecked_lengths(torch.tensor([2, -1, 9]), total=5).lengths
+        tensor([2, 0, 3])
+        """
+        ends = torch.cumsum(lengths.clamp(0, total), 0)
+        return RowPartition.from_unchecked_offsets(torch.nn.functional.pad(ends, (1, 0)), total)
+
+    @staticmethod
+    def from_unchecked_offsets(offsets: Tensor, total: int) -> RowPartition:
+        """A level from int64 ``offsets`` (``B + 1`` of them) that nobody checked.
+
+        As ``from_unchecked_lengths``: valid offsets give ``from_offsets``'s level,
+        invalid ones a well-formed level (clamped into ``[0, total]``, non-decreasing, starting
+        at 0 and ending at ``total``). No data is read; the tensors are new.
+
+        >>> RowPartition.from_unchecked_offsets(torch.tensor([1, 4, 2, 7]), total=5).offsets
+        tensor([0, 4, 4, 5])
+        """
+        ends = torch.cummax(offsets[1:].clamp(0, total), 0).values
+        num = ends.shape[0]
+        last = ends.new_full((torch.sym_min(num, 1),), total)
+        safe = torch.cat([ends.new_zeros(1), ends[: num - 1], last])
+        return RowPartition.from_offsets(safe, total)
+
+    @staticmethod
+    def from_unchecked_row_ids(row_ids: Tensor, num_rows: int) -> RowPartition:
+        """A level from int64 ``row_ids`` (the row of each child) that nobody checked.
+
+        Sorted ids in ``[0, num_rows)`` give ``from_row_ids``'s level. Otherwise ids are
+        clamped into range and the level keeps only their counts: its row ids are rebuilt
+        sorted from the lengths, so the level is well formed (children of an unsorted input
+        land in the wrong rows). No data is read; the tensors are new.
+
+        >>> RowPartition.from_unchecked_row_ids(torch.tensor([0, 2, 1, 7]), 3).lengths
+        tensor([1, 1, 2])
+        """
+        total = row_ids.shape[0]
+        if num_rows == 0:  # nothing to count into: the level has no children
+            return RowPartition.from_offsets(row_ids.new_zeros(1), 0)
+        safe = row_ids.clamp(0, num_rows - 1)
+        lengths = torch.zeros(num_rows, dtype=torch.int64, device=row_ids.device)
+        lengths = lengths.index_add(0, safe, torch.ones_like(safe))
+        return RowPartition.from_lengths(lengths, total)
+
+    @staticmethod
     def units(num: int, device: torch.device | str | None = None) -> RowPartition:
         """``num`` rows of one child each (a size-1 axis).
 
@@ -123,6 +212,15 @@ class RowPartition:
         children = torch.arange(self.num_children, device=self.row_ids.device)
         return children - self.offsets[self.row_ids]
 
+    def equals(self, other: RowPartition) -> bool:
+        """Value equality: identity, else equal offsets (one comparison; reads device memory).
+
+        >>> a = RowPartition.from_lengths(torch.tensor([2, 0]), total=2)
+        >>> a.equals(a), a.equals(RowPartition.from_lengths(torch.tensor([2, 0]), total=2))
+        (True, True)
+        """
+        return self is other or tensors_equal(self.offsets, other.offsets)
+
     def to(self, device: torch.device) -> RowPartition:
         """This level with its tensors on ``device``."""
         return self.map_tensors(lambda t: t.to(device))
@@ -139,6 +237,11 @@ class RowPartition:
             self.unit,
         )
 
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The index tensors of this level (and of its columns), in a fixed order."""
+        own = (self.offsets, self.lengths, self.row_ids)
+        return own if self.columns is None else own + self.columns.tensors()
+
     def __repr__(self) -> str:
         return f"RowPartition(num_rows={self.num_rows}, num_children={self.num_children})"
 
@@ -149,9 +252,10 @@ def _row_ids(lengths: Tensor, total: int) -> Tensor:
     return torch.repeat_interleave(rows, lengths, output_size=total)
 
 
+@public("arrays")
 @dataclasses.dataclass(frozen=True, eq=False)
-class Partition:
-    """The partition tree of a RaggedArray: one :class:`RowPartition` per ragged axis.
+class Partition(Pickled):
+    """The partition tree of a RaggedArray: one [`RowPartition`][ragged.RowPartition] per ragged axis.
 
     A RaggedArray of logical shape ``(B, L*, *inner)`` has one level; ``(B, S*, T*, *inner)``
     has two. Arrays that share a partition *object* take the fast path in binary ops; ops that
@@ -167,6 +271,22 @@ class Partition:
     """
 
     levels: tuple[RowPartition, ...]
+    # Set by __post_init__: every index tensor and the sum of their version counters
+    # (ragged._versions), and the values' expected row count and device (RaggedArray checks).
+    _watch: tuple[Tensor, ...] = dataclasses.field(init=False, repr=False)
+    _stamp: int | None = dataclasses.field(init=False, repr=False)
+    _rows: int = dataclasses.field(init=False, repr=False)
+    _device: torch.device = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # What costs nothing: types, dtypes, dims, devices and the sizes that chain the levels
+        # (no data is read); then the version stamp of every index tensor (ragged._versions).
+        watch = _check_structure(self.levels)
+        state = self.__dict__
+        state["_watch"] = watch
+        state["_stamp"] = stamp(watch)
+        state["_rows"] = self.levels[-1].row_ids.shape[0]
+        state["_device"] = watch[0].device
 
     @staticmethod
     def from_lengths(lengths: Tensor, total: int, max_length: int | None = None) -> Partition:
@@ -266,10 +386,7 @@ class Partition:
             return True
         if len(self.levels) != len(other.levels):
             return False
-        return all(
-            a.offsets.shape == b.offsets.shape and bool(torch.equal(a.offsets, b.offsets))
-            for a, b in zip(self.levels, other.levels, strict=True)
-        )
+        return all(a.equals(b) for a, b in zip(self.levels, other.levels, strict=True))
 
     def to(self, device: torch.device | str) -> Partition:
         """This partition on ``device`` (the same object when already there)."""
@@ -302,3 +419,91 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition(num_segments={self.num_segments}, levels={len(self.levels)})"
+
+
+def tensors_equal(a: Tensor, b: Tensor) -> bool:
+    """Same shape and entries (reads device memory once).
+
+    >>> tensors_equal(torch.tensor([0, 2]), torch.tensor([0, 2])), tensors_equal(torch.ones(2), torch.ones(3))
+    (True, False)
+    """
+    return a.shape == b.shape and bool(torch.equal(a, b))
+
+
+def length_stats(lengths: Tensor) -> tuple[int, int, int]:
+    """Sum, maximum and sum of squares of ``lengths``, read in one transfer (one host sync).
+
+    >>> length_stats(torch.tensor([2, 0, 3]))
+    (5, 3, 13)
+    """
+    if lengths.numel() == 0:
+        return 0, 0, 0
+    total, longest, squares = torch.stack(
+        [lengths.sum(), lengths.max(), (lengths * lengths).sum()]
+    ).tolist()
+    return total, longest, squares
+
+
+@dataclasses.dataclass
+class PairIndex:
+    """For every entry ``(b, i, j)`` of a pair map: the value rows ``i`` and ``j`` it pairs."""
+
+    partition: Partition
+    left: Tensor  # the row i (a child of ``rows``) of every pair
+    right: Tensor  # the row j (a child of ``columns``) of every pair
+
+
+def pair_index(rows: RowPartition, columns: RowPartition) -> PairIndex:
+    """The product partition of ``rows`` x ``columns`` and the rows each pair combines.
+
+    >>> level = RowPartition.from_lengths(torch.tensor([2, 1]), total=3)
+    >>> index = pair_index(level, level)
+    >>> index.left.tolist(), index.right.tolist()
+    ([0, 0, 1, 1, 2], [0, 1, 0, 1, 2])
+    """
+    partition = Partition.outer(rows, columns)
+    cells = partition.levels[1]
+    left = cells.row_ids  # the children of level 0 are the rows of x
+    segment = rows.row_ids.index_select(0, left)
+    right = columns.offsets.index_select(0, segment) + cells.positions()
+    return PairIndex(partition, left, right)
+
+
+def _check_structure(levels: object) -> tuple[Tensor, ...]:
+    """Every index tensor of ``levels``, after the checks that read no data."""
+    if not isinstance(levels, tuple) or not levels:
+        raise type_error(
+            Partition, "levels", "must be a non-empty tuple of RowPartition", typename(levels)
+        )
+    watch: list[Tensor] = []
+    for k, level in enumerate(levels):
+        if not isinstance(level, RowPartition):
+            raise type_error(Partition, f"levels[{k}]", "must be a RowPartition", typename(level))
+        watch.extend(level.tensors())
+    if torch.compiler.is_compiling():  # sizes are symbolic there: comparing them would guard
+        return tuple(watch)
+    device = watch[0].device if isinstance(watch[0], Tensor) else None
+    for t in watch:
+        if not isinstance(t, Tensor) or t.dtype != torch.int64 or t.dim() != 1:
+            raise type_error(Partition, "levels", "must hold 1-D int64 index tensors", typename(t))
+        if t.device != device:
+            raise value_error(
+                Partition, "levels", f"must hold index tensors on one device ({device})", t.device
+            )
+    rows = None
+    for k, level in enumerate(levels):
+        _check_level_sizes(level, f"levels[{k}]")
+        if rows is not None and level.num_rows != rows:
+            expected = f"must have one row per child of levels[{k - 1}] ({rows})"
+            raise value_error(Partition, f"levels[{k}]", expected, f"{level.num_rows} rows")
+        rows = level.num_children
+    return tuple(watch)
+
+
+def _check_level_sizes(level: RowPartition, name: str) -> None:
+    rows = level.lengths.shape[0]
+    if level.offsets.shape[0] != rows + 1:
+        expected = f"must have offsets of size num_rows + 1 = {rows + 1}"
+        raise value_error(Partition, name, expected, f"size {level.offsets.shape[0]}")
+    if level.columns is not None:
+        _check_level_sizes(level.columns, f"{name}.columns")

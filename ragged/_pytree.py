@@ -3,7 +3,8 @@
 Registered with ``torch.utils._pytree`` (which ``torch.func`` and ``torch.compile`` read) and
 with optree under the ``"ragged"`` namespace. The context is ``(partition, axes)``; partitions
 compare by identity, so two trees match exactly when they share partition objects and names.
-Unflattening never validates: ``torch.func`` rebuilds nodes around non-tensor leaves.
+Unflattening never validates (``RaggedArray._trusted``): ``torch.func`` rebuilds nodes around
+non-tensor leaves and batched values.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _flatten_with_keys(x: RaggedArray) -> tuple[list[tuple[Any, Any]], Context]:
 def _unflatten(leaves: Any, context: Context) -> RaggedArray:
     (values,) = leaves
     partition, axes = context
-    return RaggedArray(values, partition, axes)
+    return RaggedArray._trusted(values, partition, axes)
 
 
 def _optree_flatten(x: RaggedArray) -> tuple[tuple[Any], Context, tuple[str]]:

@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from torch import Tensor
 
 from ._partition import Partition
+from ._registry import public
 
 __all__ = ["RaggedShape"]
 
 
+@public("arrays")
 class RaggedShape:
     """The logical shape ``(B, L*, *inner)`` of a RaggedArray.
 

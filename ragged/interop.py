@@ -1,12 +1,16 @@
 """Conversions to and from other libraries' variable-length formats.
 
-* ``torch.nn.utils.rnn.PackedSequence`` (RNNs): :func:`to_packed_sequence`,
-  :func:`from_packed_sequence`.
-* HuggingFace-style padded batches with an ``attention_mask``: :func:`to_hf`, :func:`from_hf`.
-* PyTorch Geometric's ``(x, batch)`` segment-id vector: :func:`to_pyg`, :func:`from_pyg`.
-* DanLing's ``NestedTensor`` (PyPI ``danling``, optional): :func:`to_danling`,
-  :func:`from_danling`.
-* ``torch.nested`` jagged tensors: :func:`ragged.from_nested` and :meth:`RaggedArray.to_nested`.
+* ``torch.nn.utils.rnn.PackedSequence`` (RNNs): ``to_packed_sequence``,
+  ``from_packed_sequence``.
+* HuggingFace-style padded batches with an ``attention_mask``: ``to_hf``, ``from_hf``.
+* HuggingFace padding-free batches (``input_ids`` of shape ``[1, T]``, ``position_ids``
+  restarting per sequence, flash-attention's ``cu_seq_lens_q/k``), as transformers'
+  ``DataCollatorWithFlattening`` makes them: ``to_hf_packed``, ``from_hf_packed``.
+* PyTorch Geometric's ``(x, batch)`` segment-id vector or a ``Batch``: ``to_pyg``,
+  ``from_pyg``.
+* DanLing's ``NestedTensor`` (PyPI ``danling``, optional): ``to_danling``,
+  ``from_danling``.
+* ``torch.nested`` jagged tensors: ``ragged.from_nested`` and ``RaggedArray.to_nested``.
 
 Every conversion is differentiable with respect to the values. Host reads are stated per
 function; they happen only where the other format keeps sizes on the host (``PackedSequence``'s
@@ -15,6 +19,8 @@ function; they happen only where the other format keeps sizes on the host (``Pac
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,8 +28,10 @@ from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
 from ._array import RaggedArray
-from ._errors import type_error, typename, value_error
+from ._errors import Func, name_of, type_error, typename, value_error
+from ._factories import readable, segment_ids_level
 from ._partition import Partition, RowPartition
+from ._registry import public
 
 if TYPE_CHECKING:
     from danling import NestedTensor
@@ -31,16 +39,18 @@ if TYPE_CHECKING:
 __all__ = [
     "from_danling",
     "from_hf",
+    "from_hf_packed",
     "from_packed_sequence",
     "from_pyg",
     "to_danling",
     "to_hf",
+    "to_hf_packed",
     "to_packed_sequence",
     "to_pyg",
 ]
 
 
-def _ragged_arg(func: str, x: object) -> RaggedArray:
+def _ragged_arg(func: Func, x: object) -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", typename(x))
     if x.ragged_ndim != 1:
@@ -51,6 +61,7 @@ def _ragged_arg(func: str, x: object) -> RaggedArray:
 # --- PackedSequence ---------------------------------------------------------------------------
 
 
+@public("interop")
 def to_packed_sequence(x: RaggedArray, *, enforce_sorted: bool = False) -> PackedSequence:
     """A ``PackedSequence`` holding the segments of ``x``, for ``torch.nn.RNN/LSTM/GRU``.
 
@@ -73,7 +84,7 @@ def to_packed_sequence(x: RaggedArray, *, enforce_sorted: bool = False) -> Packe
     >>> ragged.from_packed_sequence(ps).to_list()
     [[1.0], [2.0, 3.0, 4.0], [5.0, 6.0]]
     """
-    func = "ragged.to_packed_sequence"
+    func = to_packed_sequence
     x = _ragged_arg(func, x)
     lengths = x.lengths.cpu()
     num = lengths.shape[0]
@@ -120,6 +131,7 @@ def _packed_index(
     return time_offsets.to(device)[level.positions()] + rank.to(device)[level.row_ids]
 
 
+@public("interop")
 def from_packed_sequence(ps: PackedSequence) -> RaggedArray:
     """A RaggedArray of the sequences of a ``PackedSequence``, in their original order.
 
@@ -133,7 +145,7 @@ def from_packed_sequence(ps: PackedSequence) -> RaggedArray:
     >>> ragged.from_packed_sequence(ps).to_list()
     [[1, 2], [3, 4, 5]]
     """
-    func = "ragged.from_packed_sequence"
+    func = from_packed_sequence
     if not isinstance(ps, PackedSequence):
         raise type_error(func, "ps", "must be a torch.nn.utils.rnn.PackedSequence", typename(ps))
     data, batch_sizes, sorted_indices, unsorted_indices = ps
@@ -160,12 +172,13 @@ def from_packed_sequence(ps: PackedSequence) -> RaggedArray:
 # --- HuggingFace padded batches ---------------------------------------------------------------
 
 
-def _side(func: str, padding_side: object) -> str:
+def _side(func: Func, padding_side: object) -> str:
     if padding_side not in ("right", "left"):
         raise value_error(func, "padding_side", 'must be "right" or "left"', repr(padding_side))
     return str(padding_side)
 
 
+@public("interop")
 def to_hf(
     x: RaggedArray,
     *,
@@ -197,7 +210,7 @@ def to_hf(
     tensor([[ 5,  6,  7],
             [-1, -1,  8]])
     """
-    func = "ragged.to_hf"
+    func = to_hf
     x = _ragged_arg(func, x)
     side = _side(func, padding_side)
     if length is not None and (
@@ -223,8 +236,9 @@ def to_hf(
     return out.reshape(num, width, *values.shape[1:]), mask.to(torch.int64)
 
 
+@public("interop")
 def from_hf(padded: Tensor, attention_mask: Tensor, *, padding_side: str = "right") -> RaggedArray:
-    """The real tokens of a padded batch, packed: the inverse of :func:`to_hf`.
+    """The real tokens of a padded batch, packed: the inverse of [`to_hf`][ragged.to_hf].
 
     Reads the mask's row sums and checks once (one host sync): the output size depends on them.
 
@@ -246,7 +260,7 @@ def from_hf(padded: Tensor, attention_mask: Tensor, *, padding_side: str = "righ
     Traceback (most recent call last):
     ValueError: ragged.from_hf: `attention_mask` must be right-padded (ones on a prefix of each row; pass padding_side="left" for left padding), got row 1 = [0, 0, 1].
     """
-    func = "ragged.from_hf"
+    func = from_hf
     side = _side(func, padding_side)
     if not isinstance(padded, Tensor):
         raise type_error(func, "padded", "must be a Tensor", typename(padded))
@@ -307,9 +321,154 @@ def from_hf(padded: Tensor, attention_mask: Tensor, *, padding_side: str = "righ
     return RaggedArray(flat.index_select(0, level.row_ids * width + column), Partition((level,)))
 
 
+# --- HuggingFace padding-free batches ---------------------------------------------------------
+
+
+@public("interop")
+def to_hf_packed(
+    x: RaggedArray,
+    *,
+    labels: RaggedArray | None = None,
+    separator_id: int = -100,
+    position_ids_start: int = 0,
+    return_seq_idx: bool = False,
+) -> dict[str, Any]:
+    """A padding-free batch for transformers: every sequence back to back in one row.
+
+    The output is what ``transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True)``
+    makes of the same sequences: ``input_ids`` ``[1, T]`` (int64); ``labels`` ``[1, T]``, each
+    sequence's labels (default: its ids) with the first replaced by ``separator_id`` so that no
+    token learns to predict across a boundary; ``position_ids`` ``[1, T]`` restarting at
+    ``position_ids_start`` for every sequence; ``cu_seq_lens_q``/``cu_seq_lens_k`` (int32
+    ``[B + 1]``, the offsets) and ``max_length_q``/``max_length_k`` (Python ints) for
+    flash-attention's variable-length kernels; with ``return_seq_idx``, ``seq_idx`` ``[1, T]``
+    (int32, each token's sequence). Pass it as ``model(**batch)``.
+
+    Embeddings ``(B, L*, D)`` (a floating dtype) give ``inputs_embeds`` ``[1, T, D]`` instead of
+    ``input_ids``, and ``labels`` only when given.
+
+    Differences from the collator: an empty sequence keeps its (zero-length) entry in
+    ``cu_seq_lens_q/k`` (varlen kernels accept it; ``from_hf_packed`` restores it, and
+    ``seq_idx`` counts it), where the collator drops empty examples.
+
+    Host reads: none when the partition knows its maximum length (``ragged.data.collate``
+    records it), else one.
+
+    Args:
+        x: token ids ``(B, L*)`` or embeddings ``(B, L*, D)``.
+        labels: per-token labels ``(B, L*)`` with the partition of ``x``.
+        separator_id: the label of every sequence's first token.
+        position_ids_start: the position of every sequence's first token (2 for RoBERTa-like
+            models, as the collator's argument of that name).
+        return_seq_idx: add ``seq_idx``.
+
+    >>> import ragged, torch
+    >>> batch = ragged.to_hf_packed(ragged.array([[5, 6, 7], [8, 9]]))
+    >>> batch["input_ids"], batch["position_ids"]
+    (tensor([[5, 6, 7, 8, 9]]), tensor([[0, 1, 2, 0, 1]]))
+    >>> batch["labels"]
+    tensor([[-100,    6,    7, -100,    9]])
+    >>> batch["cu_seq_lens_q"], batch["max_length_q"]
+    (tensor([0, 3, 5], dtype=torch.int32), 3)
+    >>> ragged.from_hf_packed(batch).to_list()
+    [[5, 6, 7], [8, 9]]
+    """
+    func = to_hf_packed
+    x = _ragged_arg(func, x)
+    level = x.partition.levels[0]
+    ids = not x.dtype.is_floating_point and not x.dtype.is_complex
+    if ids and x.values.dim() != 1:
+        raise value_error(func, "x", "must be token ids (B, L*) or embeddings (B, L*, D)", x.shape)
+    if labels is not None:
+        labels = _ragged_arg(func, labels)
+        if labels.partition is not x.partition and not labels.partition.equals(x.partition):
+            raise value_error(
+                func, "labels", f"must have the partition of `x` ({x.shape})", labels.shape
+            )
+    for name, value in (("separator_id", separator_id), ("position_ids_start", position_ids_start)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise type_error(func, name, "must be an int", typename(value))
+    positions = level.positions()
+    batch: dict[str, Any] = {}
+    if ids:
+        batch["input_ids"] = x.values.to(torch.int64).unsqueeze(0)
+    else:
+        batch["inputs_embeds"] = x.values.unsqueeze(0)
+    if labels is not None or ids:
+        source = (x if labels is None else labels).values.to(torch.int64)
+        first = positions == 0
+        batch["labels"] = torch.where(first, separator_id, source).unsqueeze(0)
+    batch["position_ids"] = (positions + position_ids_start).unsqueeze(0)
+    if return_seq_idx:
+        batch["seq_idx"] = level.row_ids.to(torch.int32).unsqueeze(0)
+    offsets = level.offsets.to(torch.int32)
+    longest = x.partition.max_length()
+    batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = offsets
+    batch["max_length_q"] = batch["max_length_k"] = longest
+    return batch
+
+
+@public("interop")
+def from_hf_packed(batch: Mapping[str, Any], key: str = "input_ids") -> RaggedArray:
+    """The sequences of a padding-free batch: the inverse of ``to_hf_packed``.
+
+    Sequence boundaries come from ``cu_seq_lens_q`` when the batch has it (no host read; with
+    ``max_length_q`` the result knows its maximum length), else from ``position_ids``: a
+    sequence starts wherever the position does not increase by one (one host read; empty
+    sequences cannot be told apart then).
+
+    Args:
+        batch: a mapping with ``key`` (``[1, T, ...]``) and ``cu_seq_lens_q`` or
+            ``position_ids`` (``[1, T]``), as ``DataCollatorWithFlattening`` or
+            ``to_hf_packed`` make it.
+        key: the field to unpack (``"input_ids"``, ``"labels"``, ``"inputs_embeds"``, ...).
+
+    >>> import ragged, torch
+    >>> batch = {"input_ids": torch.tensor([[5, 6, 7, 8, 9]]),
+    ...          "position_ids": torch.tensor([[0, 1, 2, 0, 1]])}
+    >>> ragged.from_hf_packed(batch).to_list()
+    [[5, 6, 7], [8, 9]]
+    """
+    func = from_hf_packed
+    if not isinstance(batch, Mapping):
+        raise type_error(func, "batch", "must be a mapping (a dict of tensors)", typename(batch))
+    values = batch.get(key)
+    if not isinstance(values, Tensor) or values.dim() < 2 or values.shape[0] != 1:
+        raise value_error(
+            func, "batch", f"must hold `{key}` of shape [1, T, ...]", typename(values)
+        )
+    values = values[0]
+    total = values.shape[0]
+    cu = batch.get("cu_seq_lens_q")
+    if cu is not None:
+        if not isinstance(cu, Tensor) or cu.dim() != 1 or cu.dtype.is_floating_point:
+            raise type_error(func, "batch", "must hold int `cu_seq_lens_q` [B + 1]", typename(cu))
+        longest = batch.get("max_length_q")
+        longest = longest if isinstance(longest, int) and not isinstance(longest, bool) else None
+        level = RowPartition.from_offsets(cu.to(values.device, torch.int64), total, longest)
+        return RaggedArray(values, Partition((level,)))
+    positions = batch.get("position_ids")
+    if not isinstance(positions, Tensor) or tuple(positions.shape) != (1, total):
+        raise value_error(
+            func,
+            "batch",
+            f"must hold `cu_seq_lens_q` or `position_ids` of shape (1, {total})",
+            typename(positions),
+        )
+    positions = positions[0].to(values.device)
+    starts = torch.ones(total, dtype=torch.bool, device=values.device)
+    if total > 1:
+        starts[1:] = positions[1:] != positions[:-1] + 1
+    row_ids = torch.cumsum(starts, 0) - 1
+    num = int(row_ids[-1]) + 1 if total else 0
+    level = RowPartition.from_row_ids(row_ids, num)
+    return RaggedArray(values, Partition((level,)))
+
+
 # --- PyTorch Geometric ------------------------------------------------------------------------
 
 
+@public("interop")
 def to_pyg(x: RaggedArray) -> tuple[Tensor, Tensor]:
     """PyG's ``(x, batch)``: the values and the graph (segment) of each row; no copy, no sync.
 
@@ -318,23 +477,35 @@ def to_pyg(x: RaggedArray) -> tuple[Tensor, Tensor]:
     >>> values, batch
     (tensor([1., 2., 3.]), tensor([0, 0, 2]))
     """
-    x = _ragged_arg("ragged.to_pyg", x)
+    x = _ragged_arg(to_pyg, x)
     return x.values, x.segment_ids()
 
 
+@public("interop")
 def from_pyg(
-    x: Tensor, batch: Tensor, num_graphs: int | None = None, *, validate: bool = True
+    x: Any,
+    batch: Tensor | None = None,
+    num_graphs: int | None = None,
+    *,
+    validate: bool = True,
+    key: str = "x",
 ) -> RaggedArray:
-    """A RaggedArray of graphs from PyG's node features and sorted ``batch`` vector.
+    """A RaggedArray of graphs from PyG's node features and sorted ``batch`` vector, or from a
+    ``torch_geometric.data.Batch``.
+
+    A ``Batch`` gives its node attribute ``key`` (default the features ``x``; ``"pos"`` for
+    coordinates) split by its ``ptr`` offsets: nothing is read from the device and empty graphs
+    are kept. Its other arguments must be left out.
 
     Args:
-        x: ``[num_nodes, *inner]`` node (or edge) features.
+        x: ``[num_nodes, *inner]`` node (or edge) features, or a PyG ``Batch``.
         batch: int ``[num_nodes]``, the graph of each node, sorted (PyG's ``Batch.batch``).
         num_graphs: the number of graphs. ``None`` reads ``batch[-1] + 1`` once (one host
             sync); graphs after the last node's graph are then lost, so pass it when the batch
             can end with empty graphs (``Batch.num_graphs``).
-        validate: check that ``batch`` is sorted and in range (one small read from the device;
-            shared with the read of ``num_graphs``).
+        validate: check that ``batch`` is sorted and in range (one small read from the
+            device). With ``validate=False`` an unsorted ``batch`` gives wrong graphs (each
+            graph gets as many rows as ids name it), never an out-of-bounds access.
 
     >>> import ragged, torch
     >>> ragged.from_pyg(torch.arange(3.0), torch.tensor([0, 0, 2])).to_list()
@@ -342,7 +513,17 @@ def from_pyg(
     >>> ragged.from_pyg(torch.arange(3.0), torch.tensor([0, 0, 2]), num_graphs=4).lengths
     tensor([2, 0, 1, 0])
     """
-    func = "ragged.from_pyg"
+    func = from_pyg
+    if _is_pyg_batch(x):
+        if batch is not None or num_graphs is not None:
+            raise TypeError(
+                f"{name_of(func)}: pass a PyG Batch alone (no `batch` or `num_graphs`)."
+            )
+        return _from_pyg_batch(func, x, key)
+    if key != "x":
+        raise TypeError(f"{name_of(func)}: `key` applies to a PyG Batch only.")
+    if batch is None:
+        raise type_error(func, "batch", "must be an integer Tensor (x is not a PyG Batch)", "None")
     if not isinstance(x, Tensor) or x.dim() == 0:
         raise type_error(func, "x", "must be a Tensor with at least 1 dim", typename(x))
     if not isinstance(batch, Tensor) or batch.dtype.is_floating_point or batch.dtype == torch.bool:
@@ -362,23 +543,40 @@ def from_pyg(
     ):
         raise type_error(func, "num_graphs", "must be a non-negative int or None", repr(num_graphs))
     ids = batch.to(torch.int64)
-    if total and (validate or num_graphs is None):
-        steps = torch.diff(ids) if total > 1 else ids.new_zeros(1)
-        first, last, min_step = torch.stack([ids[0], ids[-1], steps.min()]).tolist()
-        num = last + 1 if num_graphs is None else num_graphs
-        if validate:
-            if min_step < 0:
-                at = int(torch.argmin(steps)) + 1
-                got = f"batch[{at}] = {int(ids[at])} < batch[{at - 1}] = {int(ids[at - 1])}"
-                raise value_error(func, "batch", "must be sorted (non-decreasing)", got)
-            if first < 0 or last >= num:
-                raise value_error(
-                    func, "batch", f"must be in [0, {num})", f"graph {first if first < 0 else last}"
-                )
+    if num_graphs is None and total:  # the one extra read
+        readable(func, "batch", ids, "pass num_graphs, and validate=False")
+        num = max(int(ids[-1]) + 1, 0)
     else:
-        num = 0 if num_graphs is None else num_graphs
-    level = RowPartition.from_row_ids(ids, num, None if total else 0)
+        num = num_graphs or 0
+    level = segment_ids_level(func, "batch", ids, num, validate)
     return RaggedArray(x, Partition((level,)))
+
+
+def _is_pyg_batch(obj: Any) -> bool:
+    """Whether ``obj`` is a ``torch_geometric.data.Batch`` (PyG is imported if it is one)."""
+    module = sys.modules.get("torch_geometric.data")
+    return module is not None and isinstance(obj, module.Batch)
+
+
+def _from_pyg_batch(func: Func, data: Any, key: str) -> RaggedArray:
+    values = getattr(data, key, None)
+    if not isinstance(values, Tensor) or values.dim() == 0:
+        raise value_error(
+            func, "key", "must name a node attribute (a tensor) of the Batch", repr(key)
+        )
+    total = values.shape[0]
+    if total != data.num_nodes:
+        raise value_error(
+            func,
+            "key",
+            f"must name a node attribute ({data.num_nodes} rows)",
+            f"{key!r}: {total} rows",
+        )
+    ptr = getattr(data, "ptr", None)
+    if ptr is None:  # a Batch not made by from_data_list: fall back to its batch vector
+        return from_pyg(values, data.batch, data.num_graphs)
+    level = RowPartition.from_offsets(ptr.to(values.device, torch.int64), total)
+    return RaggedArray(values, Partition((level,)))
 
 
 # --- DanLing NestedTensor ---------------------------------------------------------------------
@@ -394,6 +592,7 @@ def _danling() -> Any:
     return danling
 
 
+@public("interop")
 def from_danling(nt: NestedTensor) -> RaggedArray:
     """A RaggedArray sharing the packed values of a DanLing ``NestedTensor``.
 
@@ -406,7 +605,7 @@ def from_danling(nt: NestedTensor) -> RaggedArray:
     >>> ragged.from_danling(NestedTensor(torch.tensor([1, 2, 3]), torch.tensor([4]))).to_list()
     [[1, 2, 3], [4]]
     """
-    func = "ragged.from_danling"
+    func = from_danling
     danling = _danling()
     if not isinstance(nt, danling.NestedTensor):
         raise type_error(func, "nt", "must be a danling.NestedTensor", typename(nt))
@@ -431,6 +630,7 @@ def from_danling(nt: NestedTensor) -> RaggedArray:
     return RaggedArray(values, Partition((level,)))
 
 
+@public("interop")
 def to_danling(x: RaggedArray) -> NestedTensor:
     """A DanLing ``NestedTensor`` over the values of ``x`` (differentiable, values not copied).
 
@@ -443,7 +643,7 @@ def to_danling(x: RaggedArray) -> NestedTensor:
     tensor([[1., 2.],
             [3., 0.]])
     """
-    func = "ragged.to_danling"
+    func = to_danling
     danling = _danling()
     x = _ragged_arg(func, x)
     offsets = x.offsets.cpu()

@@ -1,6 +1,7 @@
 import os
 
 import hypothesis
+import pytest
 import torch
 
 torch.set_num_threads(1)
@@ -27,3 +28,24 @@ hypothesis.settings.register_profile(
     ],
 )
 hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+# CUDA cases: tests marked ``@pytest.mark.cuda`` (or using the ``cuda`` fixture) run where
+# torch sees a CUDA device and are skipped elsewhere (``benchmarks/gpu_check.sh`` runs them).
+NO_CUDA = "needs a CUDA device (torch.cuda.is_available() is False)"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(pytest.mark.skip(reason=NO_CUDA))
+
+
+@pytest.fixture
+def cuda():
+    """The CUDA device; skips the test without one."""
+    if not torch.cuda.is_available():
+        pytest.skip(NO_CUDA)
+    return torch.device("cuda")

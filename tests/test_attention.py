@@ -12,7 +12,7 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from ragged.kernels import _attention_buckets as buckets
+from ragged.kernels import _attention_plan as planner
 from tests.optable.attention import attention_reference, cross_lengths, pair_bias
 from tests.strategies import lengths as lengths_strategy
 from tests.strategies import random_tensor
@@ -49,7 +49,7 @@ def test_matches_per_segment_sdpa_with_gradients(lengths, seed, layout, kind, co
     """Forward and gradients (q, k, v, bias) against per-segment SDPA: empty segments, long
     segments (the flash backward), causal, cross-attention, bias, non-contiguous inputs; with
     equal-length buckets and with padded buckets (one bucket for the batch)."""
-    with mock.patch.object(buckets, "CALL_COST", cost):
+    with mock.patch.object(planner, "CALL_COST", cost):
         _check_against_sdpa(lengths, seed, layout, kind)
 
 
@@ -90,7 +90,7 @@ def _check_against_sdpa(lengths, seed, layout, kind):
 @pytest.mark.parametrize("cost", [0, 10**9])
 def test_exact_whatever_the_buckets(monkeypatch, cost):
     """One bucket per segment or one padded bucket for all: the same result."""
-    monkeypatch.setattr(buckets, "CALL_COST", cost)
+    monkeypatch.setattr(planner, "CALL_COST", cost)
     lengths = [70, 0, 3, 65, 1, 100, 64, 2]
     x = arrays(lengths, (2, 4), 0, grad=True)
     for causal in (False, True):
@@ -121,13 +121,13 @@ def test_empty_and_zero_segments():
 def test_plan_is_cached_per_partition_and_padding_is_bounded():
     x = arrays([512, 3, 5, 7, 500, 9] + [16] * 40, (4, 64), 0, dtype=torch.float32)
     level = x.partition.levels[0]
-    first = buckets.plan(level, level, 256)
-    assert buckets.plan(level, level, 256) is first
-    lengths = buckets.host_lengths(level)
+    first = planner.plan(level, level, 256)
+    assert planner.plan(level, level, 256) is first
+    lengths = planner.host_lengths(level)
     real = sum(n * n for n in lengths)
     padded = sum(b.n * b.q_len * b.k_len for b in first.buckets)
     # Each merged segment adds at most CALL_COST / (H * D) padded pairs: never B * Lmax^2.
-    assert padded - real <= len(lengths) * buckets.CALL_COST / 256
+    assert padded - real <= len(lengths) * planner.CALL_COST / 256
     assert padded < len(lengths) * max(lengths) ** 2 / 20
 
 

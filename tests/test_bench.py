@@ -2,14 +2,17 @@
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+import ragged.bench.__main__ as bench_main
 from ragged.bench import Table, compare, peak_memory, replace_section
-from ragged.bench.__main__ import main, render_suite
+from ragged.bench.__main__ import WIDTH, main, render_suite
 from ragged.bench._runner import discover
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,8 +22,13 @@ import argparse, json
 parser = argparse.ArgumentParser()
 parser.add_argument("--json")
 parser.add_argument("--quick", action="store_true")
+parser.add_argument("--device", default="cpu")
 args = parser.parse_args()
-table = {"title": "fake", "columns": ["a", "b"], "rows": [["1", "2"]], "notes": ["n"]}
+print("fake: case 1 of 2 done")
+print("fake: case 2 of 2 done")
+long_note = "a long note " * 40
+table = {"title": "fake", "columns": ["a", "b"], "rows": [["1", "2"]],
+         "notes": ["n", long_note, "device " + args.device]}
 machine = {"cpu": "X", "cores": 1, "torch_threads": 1, "torch": "0", "python": "3"}
 doc = {"suite": "fake", "command": "python benchmarks/fake.py", "quick": args.quick,
        "machine": machine, "metric": "cpu", "tables": [table], "plots": {}}
@@ -90,7 +98,7 @@ def test_discover_skips_helpers_and_orders_owned_suites_first(tmp_path):
 
 
 def test_runner_runs_suites_records_skips_and_failures_and_updates_docs(checkout, capsys):
-    assert main(["--quick", "--update-docs"]) == 1  # broken.py fails
+    assert main(["--quick", "--write-docs"]) == 1  # broken.py fails
     out = capsys.readouterr().out
     assert "fake" in out
     result = json.loads((checkout / "benchmarks" / "results" / "quick" / "fake.json").read_text())
@@ -106,17 +114,85 @@ def test_runner_runs_suites_records_skips_and_failures_and_updates_docs(checkout
     assert "old" not in doc
 
 
-def test_quick_runs_leave_the_docs_alone_by_default(checkout):
+def test_runs_leave_the_docs_alone_unless_asked_and_say_where_they_wrote(checkout, capsys):
     main(["--quick", "--suite", "fake"])
-    assert (checkout / "docs" / "benchmarks.md").read_text() == DOC
     assert (checkout / "benchmarks" / "results" / "quick" / "fake.json").exists()
     assert not (checkout / "benchmarks" / "results" / "fake.json").exists()
+    out = capsys.readouterr().out
+    assert "results: benchmarks/results/quick/<suite>.json" in out
+    assert "logs: benchmarks/results/quick/logs/<suite>.log" in out
+    assert "docs/benchmarks.md and docs/img/ unchanged (--write-docs to update them)" in out
+    main(["--suite", "fake"])  # a full run too
+    assert (checkout / "benchmarks" / "results" / "fake.json").exists()
+    assert (checkout / "docs" / "benchmarks.md").read_text() == DOC
+    assert not (checkout / "docs" / "img").exists()
+
+
+def test_output_is_wrapped_and_progress_is_streamed(checkout, capsys):
+    main(["--quick", "--suite", "fake"])
+    captured = capsys.readouterr()
+    assert max(len(line) for line in captured.out.splitlines()) <= WIDTH
+    assert "a long note a long note" in captured.out
+    # The suite's own output, line by line, while it runs (stderr is not a terminal here).
+    assert "[1/1] fake: fake: case 1 of 2 done" in captured.err
+    assert "[1/1] fake: fake: case 2 of 2 done" in captured.err
+    assert "[1/1] fake: ok in" in captured.err
+
+
+def test_device_goes_to_suites_that_take_it_and_others_are_skipped(checkout, capsys):
+    assert main(["--quick", "--device", "meta", "--suite", "fake", "--suite", "broken"]) == 0
+    result = json.loads(
+        (checkout / "benchmarks" / "results" / "quick" / "meta" / "fake.json").read_text()
+    )
+    assert "device meta" in result["tables"][0]["notes"]
+    out = capsys.readouterr().out
+    assert "broken      skipped" in out and "runs on the CPU only (no --device option)" in out
+    with pytest.raises(SystemExit, match="holds the CPU report"):
+        main(["--device", "cuda", "--write-docs"])
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="sees no CUDA device"):
+            main(["--device", "cuda", "--quick"])
+
+
+def test_runs_outside_a_checkout_with_an_explicit_folder(
+    checkout, tmp_path_factory, monkeypatch, capsys
+):
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(bench_main, "PACKAGE_ROOT", elsewhere)  # as from a wheel: no suites
+    with pytest.raises(SystemExit) as error:
+        main(["--quick"])
+    assert error.value.code == 2
+    message = capsys.readouterr().err
+    assert "no benchmarks folder found" in message and "pass --benchmarks DIR" in message
+    out = elsewhere / "out"
+    bench = str(checkout / "benchmarks")
+    assert main(["--benchmarks", bench, "--quick", "--suite", "fake", "--out", str(out)]) == 0
+    assert json.loads((out / "fake.json").read_text())["quick"] is True
+    with pytest.raises(SystemExit):
+        main(["--benchmarks", str(elsewhere)])
+    assert "no suites (*.py) there" in capsys.readouterr().err
+
+
+def test_help_lists_suites_and_defaults_in_plain_text(checkout, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "``" not in text
+    assert "one of: broken, crashing, fake, malformed, plain" in text
+    assert "(default: cpu)" in text and "--write-docs" in text
+    with pytest.raises(SystemExit):
+        main(["--suite", "nope"])
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
 
 
 def test_render_only_redraws_the_docs_from_earlier_results(checkout):
-    main(["--suite", "fake", "--no-update-docs"])
+    main(["--suite", "fake"])
     assert (checkout / "docs" / "benchmarks.md").read_text() == DOC
     assert main(["--render-only"]) == 0
+    assert (checkout / "docs" / "benchmarks.md").read_text() == DOC
+    assert main(["--render-only", "--write-docs"]) == 0
     doc = (checkout / "docs" / "benchmarks.md").read_text()
     assert "| 1 | 2 |" in doc and "- n" in doc
     assert "`benchmarks/fake.py` | ok |" in doc
@@ -235,8 +311,30 @@ def test_plots_are_drawn(tmp_path):
             },
         },
     }
+    plan = {
+        "mix": "log-normal",
+        "causal": True,
+        "static_max_over_mean": 2.0,
+        "balanced_max_over_mean": 1.02,
+        "static_ring_bytes": 2.0**31,
+        "static_needed_bytes": 2.0**28,
+        "balanced_bytes": 2.0**29,
+    }
+    results["context_parallel"] = {
+        **base,
+        "plots": {
+            "plans": [{**plan, "ranks": r} for r in (8, 64)]
+            + [{**plan, "causal": False, "ranks": 8}],
+            "wall": [{"processes": 2, "static_s": 0.2, "balanced_s": 0.1}],
+        },
+    }
     written = plot_all(results, tmp_path)
-    assert sorted(p.name for p in written) == ["func.png", "ops_speedup.png", "skew.png"]
+    assert sorted(p.name for p in written) == [
+        "context_parallel.png",
+        "func.png",
+        "ops_speedup.png",
+        "skew.png",
+    ]
     assert all(p.stat().st_size > 1000 for p in written)
 
 
@@ -261,3 +359,18 @@ def test_every_suite_starts_and_writes_result_documents(script):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "--json" in proc.stdout and "--quick" in proc.stdout
+
+
+def test_gpu_check_script_is_valid_bash_and_explains_itself():
+    """``benchmarks/gpu_check.sh`` parses (``bash -n``), passes shellcheck where installed, and
+    prints its usage; its full dry run (``--dry-run``: the same steps on the CPU) takes minutes
+    and a fresh venv, so it is run by hand."""
+    script = ROOT / "benchmarks" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], timeout=30).returncode == 0
+    if shutil.which("shellcheck"):
+        lint = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+        assert lint.returncode == 0, lint.stdout
+    usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
+    assert usage.returncode == 0 and "--dry-run" in usage.stdout and "TORCH_INDEX" in usage.stdout
+    wrong = subprocess.run(["bash", str(script), "--nope"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "unknown argument" in wrong.stderr

@@ -105,12 +105,20 @@ def test_collate_partitions_differ_for_different_lengths():
             "['a'] in sample 0, ['b'] in sample 1.",
         ),
         (
-            [{"ids": [1, 2, 3]}, {"ids": [4]}],
+            [{"ids": (1, 2, 3)}, {"ids": (4,)}],
             {},
             TypeError,
-            "ragged.data.collate: `samples` must share one structure at ['ids'] (lists and tuples "
-            "are containers: give a variable-length field as a tensor), got length 3 in sample 0, "
-            "1 in sample 1.",
+            "ragged.data.collate: `samples` must share one structure at ['ids'] (tuples and lists "
+            "of non-numbers are containers: give a variable-length field as a tensor or a list of "
+            "numbers), got length 3 in sample 0, 1 in sample 1.",
+        ),
+        (
+            [{"words": ["a", "b"]}, {"words": ["c"]}],
+            {},
+            TypeError,
+            "ragged.data.collate: `samples` must share one structure at ['words'] (tuples and "
+            "lists of non-numbers are containers: give a variable-length field as a tensor or a "
+            "list of numbers), got length 2 in sample 0, 1 in sample 1.",
         ),
         (
             [{"a": torch.ones(2, 3)}, {"a": torch.ones(1, 4)}],
@@ -163,6 +171,27 @@ class _Tokens(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return {"tokens": torch.full((self.lengths[i],), i), "label": i}
+
+
+def test_collate_takes_lists_of_numbers_as_fields():
+    rows = [
+        {"input_ids": [101, 7, 102], "attention_mask": [1, 1, 1], "score": [0.5], "label": 1},
+        {"input_ids": [101, 102], "attention_mask": [1, 1], "score": [1], "label": 0},
+        {"input_ids": [], "attention_mask": [], "score": [2.5], "label": 1},
+    ]
+    batch = collate(rows)
+    assert batch["input_ids"].to_list() == [[101, 7, 102], [101, 102], []]
+    assert batch["input_ids"].dtype == torch.int64
+    assert batch["input_ids"].partition is batch["attention_mask"].partition  # equal lengths
+    assert batch["score"].dtype == torch.get_default_dtype()  # a float anywhere: floats
+    assert batch["score"].tolist() == [[0.5], [1.0], [2.5]]  # equal lengths: stacked
+    assert batch["label"].tolist() == [1, 0, 1]
+    named = collate(rows[:2], ragged_keys=["input_ids", "attention_mask", "score"])
+    assert isinstance(named["score"], ragged.RaggedArray)
+    flags = collate([{"m": [True, False]}, {"m": [True]}])["m"]
+    assert flags.dtype == torch.bool and flags.to_list() == [[True, False], [True]]
+    empty = collate([{"ids": []}, {"ids": []}], ragged_keys=["ids"])["ids"]
+    assert empty.dtype == torch.int64 and empty.to_list() == [[], []]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -332,6 +361,167 @@ def test_sampler_errors(make, error, message):
         make()
 
 
+def test_sampler_rank_errors():
+    with pytest.raises(ValueError, match=re.escape("`rank` must be an int in [0, 2), got 2.")):
+        TokenBudgetBatchSampler([1, 2], 4, num_replicas=2, rank=2)
+    with pytest.raises(ValueError, match="`num_replicas` must be positive, got 0"):
+        BucketBatchSampler([1, 2], 1, bucket_width=1, num_replicas=0, rank=0)
+    with pytest.raises(TypeError, match="pass at most one of `seed` and `generator`"):
+        TokenBudgetBatchSampler([1], 2, seed=0, generator=torch.Generator())
+    with pytest.raises(ValueError, match="`epoch` must be a non-negative int"):
+        TokenBudgetBatchSampler([1], 2).set_epoch(-1)
+
+
 def test_samplers_accept_tensor_lengths():
     lens = torch.tensor([3, 1, 2])
     assert list(TokenBudgetBatchSampler(lens, 3, shuffle=False)) == [[0], [1, 2]]
+
+
+# --- samplers across ranks ----------------------------------------------------------------------
+
+SAMPLERS = {
+    "bucket": lambda lens, **kw: BucketBatchSampler(lens, 3, num_buckets=3, **kw),
+    "budget": lambda lens, **kw: TokenBudgetBatchSampler(lens, 40, **kw),
+}
+
+
+@given(
+    st.lists(st.integers(0, 30), max_size=50),
+    st.integers(1, 4),
+    st.sampled_from(sorted(SAMPLERS)),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 100),
+)
+def test_ranks_share_every_epoch_exactly_once(lens, world, kind, drop_last, shuffle, seed):
+    ranks = [
+        SAMPLERS[kind](
+            lens, num_replicas=world, rank=r, seed=seed, drop_last=drop_last, shuffle=shuffle
+        )
+        for r in range(world)
+    ]
+    whole = SAMPLERS[kind](lens, num_replicas=1, seed=seed, drop_last=drop_last, shuffle=shuffle)
+    epoch = [sorted(b) for b in whole]  # the same global batches, dealt to the ranks
+    # len() is the next epoch's count (iterating advances the epoch): read it before.
+    counts = [len(r) for r in ranks]
+    per_rank = [list(r) for r in ranks]
+    assert len({len(batches) for batches in per_rank}) == 1  # equal counts
+    assert counts == [len(batches) for batches in per_rank]
+    dealt = collections.Counter(tuple(sorted(b)) for batches in per_rank for b in batches)
+    global_batches = collections.Counter(tuple(b) for b in epoch)
+    if drop_last:  # at most world - 1 batches dropped, none repeated
+        assert not dealt - global_batches
+        assert sum((global_batches - dealt).values()) < world
+    else:  # every batch dealt; fewer than world of them repeated (padding the last step)
+        assert not global_batches - dealt
+        assert sum((dealt - global_batches).values()) < world
+        flat = sorted(i for b in dealt.elements() for i in b)
+        assert set(flat) == set(range(len(lens)))
+
+
+def batch_costs(batches, lens, cost):
+    return [cost([lens[i] for i in b]) for b in batches]
+
+
+def step_spread(per_rank, lens, cost):
+    """Mean over steps of max / mean cost across the ranks."""
+    spreads = []
+    for step in zip(*per_rank, strict=True):
+        costs = batch_costs(step, lens, cost)
+        spreads.append(max(costs) / (sum(costs) / len(costs)))
+    return sum(spreads) / len(spreads)
+
+
+@pytest.mark.parametrize("kind", ["tokens", "quadratic"])
+def test_rank_batches_balance_cost_better_than_distributed_sampler(kind):
+    gen = torch.Generator().manual_seed(0)
+    lens = torch.exp(torch.randn(4000, generator=gen) * 0.9 + 5.0).clamp(1, 2048).long().tolist()
+    world = 4
+    cost = ragged.data.MicrobatchCost(a=1.0, b=1 / 256 if kind == "quadratic" else 0.0)
+    ours = [
+        list(TokenBudgetBatchSampler(lens, 4096, num_replicas=world, rank=r, cost=cost))
+        for r in range(world)
+    ]
+    # The baseline: DistributedSampler + a fixed batch size with the same mean tokens per batch.
+    mean_tokens = sum(lens) / sum(len(b) for b in ours[0] + ours[1] + ours[2] + ours[3])
+    batch_size = max(1, round(4096 / mean_tokens * 0.9))
+    baseline = []
+    for r in range(world):
+        sampler = torch.utils.data.DistributedSampler(lens, num_replicas=world, rank=r, seed=0)
+        baseline.append(list(torch.utils.data.BatchSampler(sampler, batch_size, drop_last=False)))
+    ours_spread = step_spread(ours, lens, cost)
+    baseline_spread = step_spread(baseline, lens, cost)
+    assert ours_spread < 1.05
+    assert ours_spread < baseline_spread - 0.1, (ours_spread, baseline_spread)
+
+
+def resume_case(kind, mode):
+    lens = torch.randint(1, 30, (41,), generator=torch.Generator().manual_seed(5)).tolist()
+    kwargs = {"num_replicas": 2, "rank": 1}
+    if mode == "seed":
+        kwargs["seed"] = 3
+    elif mode == "global":
+        kwargs["num_replicas"], kwargs["rank"] = 1, 0
+
+    def make():
+        if mode == "generator":  # a fresh generator, seeded alike, per sampler
+            kwargs["generator"] = torch.Generator().manual_seed(3)
+        return SAMPLERS[kind](lens, **kwargs)
+
+    return make
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLERS))
+@pytest.mark.parametrize("mode", ["seed", "generator", "global"])
+@pytest.mark.parametrize("stop", [0, 1, 3, "end"])
+def test_state_dict_resumes_at_the_next_batch(kind, mode, stop):
+    make = resume_case(kind, mode)
+    torch.manual_seed(11)
+    sampler = make()
+    first = list(sampler)  # epoch 0, uninterrupted
+    expected = [list(sampler), list(sampler)]  # epochs 1 and 2
+    torch.manual_seed(11)
+    sampler = make()
+    assert list(sampler) == first
+    iterator = iter(sampler)
+    count = len(expected[0]) if stop == "end" else stop
+    taken = [next(iterator) for _ in range(count)]
+    if stop == "end":
+        assert next(iterator, None) is None
+    state = sampler.state_dict()
+    assert state["epoch"] == (2 if stop == "end" else 1)
+    resumed = make()
+    resumed.load_state_dict(state)
+    if stop == "end":
+        assert list(resumed) == expected[1]
+    else:
+        assert len(resumed) == len(expected[0])
+        assert taken + list(resumed) == expected[0]
+        assert list(resumed) == expected[1]  # later epochs follow as they would have
+
+
+def test_set_epoch_reproduces_an_epoch_and_drops_a_resumption_point():
+    lens = list(range(1, 40))
+    a = TokenBudgetBatchSampler(lens, 50, seed=1, num_replicas=2, rank=0)
+    epochs = [list(a) for _ in range(3)]  # the epoch advances after each pass
+    assert epochs[0] != epochs[1]
+    b = TokenBudgetBatchSampler(lens, 50, seed=1, num_replicas=2, rank=0)
+    b.set_epoch(2)
+    assert list(b) == epochs[2]
+    iterator = iter(b)
+    next(iterator)
+    state = b.state_dict()
+    c = TokenBudgetBatchSampler(lens, 50, seed=1, num_replicas=2, rank=0)
+    c.load_state_dict(state)
+    c.set_epoch(0)  # another epoch: start it from the beginning
+    assert list(c) == epochs[0]
+
+
+def test_samplers_default_to_the_process_group(monkeypatch):
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 3)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 2)
+    sampler = BucketBatchSampler(list(range(20)), 2, bucket_width=5)
+    assert (sampler.num_replicas, sampler.rank, sampler.seed) == (3, 2, 0)
+    explicit = BucketBatchSampler(list(range(20)), 2, bucket_width=5, num_replicas=3, rank=2)
+    assert list(sampler) == list(explicit)

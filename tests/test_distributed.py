@@ -2,14 +2,15 @@
 
 Each world size is one ``torch.multiprocessing.spawn`` that runs every check in turn (process
 start-up dominates the cost). Every rank builds every rank's data from its rank number, so each
-can check the collectives' results without further communication. The DDP check compares the
-gradients of one step on each rank's token-balanced shard against a single-process run on the
-whole global batch with the global per-token mean loss.
+can check the collectives' results without further communication. The DDP and FSDP2 checks
+compare the gradients of one step on each rank's token-balanced shard against a single-process
+run on the whole global batch with the global per-token mean loss.
 """
 
 import datetime
 import importlib
 import itertools
+import re
 import socket
 
 import pytest
@@ -134,13 +135,105 @@ def check_ddp_step_matches_single_process(rank, world):
         torch.testing.assert_close(p, q)
 
 
+def check_fsdp2_step_matches_single_process(rank, world):
+    """FSDP2 (``fully_shard`` on a CPU gloo mesh) accepts RaggedArray inputs; with the global
+    per-token mean its gradients (reduce-scattered, averaged) equal one process's."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    x, target = global_batch()
+    torch.manual_seed(0)
+    reference = TinyModel()
+    torch.manual_seed(0)
+    model = TinyModel()
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    (token_loss_sum(reference, x, target) / x.values.shape[0]).backward()
+    local_x, local_target = shard(x, world, rank), shard(target, world, rank)
+    loss = global_mean(token_loss_sum(model, local_x, local_target), local_x.values.shape[0])
+    loss.backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad.full_tensor(), q.grad, msg=f"gradient of {name}")
+
+
+def raises_everywhere(rank, failing, error, own, other, fn):
+    """``fn()`` raises on every rank: ``own`` on the failing rank, ``other`` on the rest."""
+    with pytest.raises(error, match=re.escape(own if rank == failing else other)):
+        fn()
+
+
+def check_local_errors_raise_on_every_rank(rank, world):
+    # A short timeout: were a rank left waiting, the check would fail in seconds, not hang.
+    group = dist.new_group(timeout=datetime.timedelta(seconds=10))
+    x = local_array(rank)
+    func = "ragged.distributed.all_gather"
+    plain = f"{func}: `x` must be a RaggedArray, got Tensor(shape=(3,), dtype=torch.float32)."
+    raises_everywhere(
+        rank,
+        1,
+        TypeError,
+        plain,
+        f"{func}: rank 1 failed before communicating (TypeError: {plain[:-1]}).",
+        lambda: all_gather(torch.ones(3) if rank == 1 else x, group),
+    )
+    two_levels = f"{func}: `x` must have one ragged axis, got 2 ragged axes."
+    docs = ragged.from_nested_lengths(torch.arange(3.0), [[1], [3]])
+    raises_everywhere(
+        rank,
+        0,
+        ValueError,
+        two_levels,
+        f"{func}: rank 0 failed before communicating (ValueError: {two_levels[:-1]}).",
+        lambda: all_gather(docs if rank == 0 else x, group),
+    )
+    func = "ragged.distributed.broadcast"
+    none = f"{func}: `x` must be a RaggedArray, got NoneType."
+    raises_everywhere(
+        rank,
+        1,
+        TypeError,
+        none,
+        f"{func}: rank 1 failed before communicating (TypeError: {none[:-1]}).",
+        lambda: broadcast(None, src=1, group=group),
+    )
+    raises_everywhere(
+        rank,
+        0,
+        (RuntimeError, ValueError),  # torch.device's own error on the receiver; ours elsewhere
+        "Expected one of",
+        "rank 0 failed before communicating (RuntimeError: Expected one of",
+        lambda: broadcast(x, src=1, group=group, device="nowhere" if rank == 0 else None),
+    )
+    func = "ragged.distributed.scatter"
+    none = f"{func}: `x` must be a RaggedArray, got NoneType."
+    raises_everywhere(
+        rank,
+        0,
+        TypeError,
+        none,
+        f"{func}: rank 0 failed before communicating (TypeError: {none[:-1]}).",
+        lambda: scatter(None, src=0, group=group),
+    )
+    # global_mean adds no exchange: the failing rank joins the all_reduce with NaN, then raises.
+    if rank == 1:
+        with pytest.raises(TypeError, match=re.escape("`loss_sum` must be a Tensor, got float.")):
+            global_mean(1.0, 2, group)
+    else:
+        assert torch.isnan(global_mean(torch.tensor(1.0), 2, group))
+    # The group is still in step: a collective after the errors works.
+    assert all_gather(x, group).num_segments == sum(
+        len(LOCAL_LENGTHS[r % len(LOCAL_LENGTHS)]) for r in range(world)
+    )
+
+
 CHECKS = [
+    check_local_errors_raise_on_every_rank,
     check_all_gather,
     check_all_gather_rejects_mismatched_dtypes,
     check_broadcast,
     check_scatter,
     check_global_mean,
     check_ddp_step_matches_single_process,
+    check_fsdp2_step_matches_single_process,
 ]
 
 

@@ -8,13 +8,13 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def run_example(name, *extra):
+def run_example(name, *extra, launcher=()):
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name), "--small", *extra],
+        [sys.executable, *launcher, str(ROOT / "examples" / name), "--small", *extra],
         capture_output=True,
         text=True,
         timeout=300,
@@ -33,6 +33,14 @@ def test_gnn_example_trains():
 
 def test_ddp_example_keeps_gradients_in_sync():
     out = run_example("ddp.py")
+    assert out.count("gradients equal on all ranks: True; equal to one process") == 2, out
+    assert "done:" in out
+
+
+def test_ddp_example_runs_under_torchrun():
+    torchrun = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
+    out = run_example("ddp.py", launcher=torchrun)
+    assert "torchrun, env://" in out, out
     assert out.count("gradients equal on all ranks: True; equal to one process") == 2, out
     assert "done:" in out
 

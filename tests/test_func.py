@@ -29,9 +29,13 @@ def test_map_module_and_pytree():
     assert y.partition is x.partition
     assert y.axes == ("b", "l", "d")
     torch.testing.assert_close(y.values, layer(x.values))
-    out = ragged.map(lambda v, scale: {"a": v * scale, "n": v.norm(dim=-1)}, x, 2.0)
+    out = ragged.map(lambda v, scale: {"a": v * scale, "n": v.norm(dim=-1)}, x, 2.0, axes=None)
     assert out["a"].partition is x.partition
-    assert out["n"].axes is None
+    assert out["a"].axes is None and out["n"].axes is None
+    # Names are never dropped silently: a named array whose number of axes changes needs axes=.
+    with pytest.raises(ValueError, match=re.escape("(3 -> 2); pass `axes=` with the 2 names")):
+        ragged.map(lambda v: v.norm(dim=-1), x)
+    assert ragged.map(lambda v: v.norm(dim=-1), x, axes=("b", "l")).axes == ("b", "l")
     assert ragged.map(torch.add, x, x.with_values(x.values)).to_list() == (x * 2).to_list()
 
 
@@ -114,6 +118,25 @@ def test_vmap_empty_segments():
     out = ragged.vmap(lambda s: s.max(), fill_empty=float("nan"))(x)
     torch.testing.assert_close(out, torch.tensor([2.0, float("nan"), 3.0]), equal_nan=True)
     assert ragged.vmap(lambda s: s + 1, fill_empty=0.0)(x).to_list() == [[2.0, 3.0], [], [4.0]]
+
+
+def test_vmap_without_segments_probes_f_for_the_output_shapes():
+    x = ragged.from_lengths(torch.zeros(0, 3), [])  # zero segments
+    out = ragged.vmap(lambda s: (s.sum(0), s * 2, s.max()))(x)
+    assert out[0].shape == (0, 3) and out[2].shape == (0,)  # dense: s.max() needed a 1-row probe
+    assert isinstance(out[1], ragged.RaggedArray) and out[1].shape == x.shape
+    w = torch.zeros(0, 4)
+    assert ragged.vmap(lambda s, wb: s.sum() * wb, out_axes=1)(x, w).shape == (4, 0)
+    forced = ragged.vmap(lambda s: s[:1], out_ragged=False)(x)
+    assert forced.shape == (0, 0, 3)
+    empty = ragged.from_lengths(torch.zeros(0, 3), [0, 0])  # only empty segments, skipped
+    filled = ragged.vmap(lambda s: (s.max(0).values, s - 1), fill_empty=-1.0)(empty)
+    torch.testing.assert_close(filled[0], torch.full((2, 3), -1.0))
+    assert filled[1].to_list() == [[], []]
+    with pytest.raises(ValueError, match="no segment to call f on, and f failed on the probe"):
+        ragged.vmap(lambda s: s.reshape(7))(x)
+    total = ragged.vmap(lambda s: s.sum() / ragged.psum(s.sum(), "b"), axis_name="b")(x)
+    assert total.shape == (0,)
 
 
 def test_vmap_loop_fallback():

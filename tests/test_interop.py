@@ -161,6 +161,81 @@ def test_hf_bad_side():
         ragged.to_hf(ragged.array([[1]]), padding_side="top")
 
 
+# --- HuggingFace padding-free batches --------------------------------------------------------
+
+HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+HAS_PYG = importlib.util.find_spec("torch_geometric") is not None
+
+
+@given(x=ragged_arrays(inner=(), dtype=torch.int64))
+def test_hf_packed_round_trip(x):
+    batch = ragged.to_hf_packed(x, return_seq_idx=True)
+    total = x.values.shape[0]
+    assert batch["input_ids"].shape == (1, total) and batch["input_ids"].dtype == torch.int64
+    assert batch["position_ids"].tolist() == [x.partition.levels[0].positions().tolist()]
+    assert batch["seq_idx"].dtype == torch.int32
+    assert batch["seq_idx"][0].tolist() == x.segment_ids().tolist()
+    assert batch["cu_seq_lens_q"].dtype == torch.int32
+    assert batch["cu_seq_lens_q"].tolist() == x.offsets.tolist()
+    assert batch["max_length_k"] == max(x.lengths.tolist(), default=0)
+    assert_close(ragged.from_hf_packed(batch), x)  # empty sequences kept by cu_seq_lens
+    by_positions = ragged.from_hf_packed({k: batch[k] for k in ("input_ids", "position_ids")})
+    nonempty = [s for s in x.to_list() if s]
+    assert by_positions.to_list() == nonempty  # empty sequences leave no trace in positions
+    labels = ragged.from_hf_packed(batch, "labels").to_list()
+    assert labels == [[-100, *s[1:]] if s else [] for s in x.to_list()]
+
+
+def test_hf_packed_embeddings_labels_and_gradients():
+    values = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    x = ragged.from_lengths(values, [2, 3])
+    labels = x.with_values(torch.tensor([7, 8, 9, 10, 11]))
+    batch = ragged.to_hf_packed(x, labels=labels, separator_id=-1, position_ids_start=2)
+    assert "input_ids" not in batch and batch["inputs_embeds"].shape == (1, 5, 4)
+    assert batch["labels"].tolist() == [[-1, 8, -1, 10, 11]]
+    assert batch["position_ids"].tolist() == [[2, 3, 2, 3, 4]]
+    assert_close(ragged.from_hf_packed(batch, "inputs_embeds"), x)
+    batch["inputs_embeds"].sum().backward()
+    torch.testing.assert_close(values.grad, torch.ones_like(values))
+    assert "labels" not in ragged.to_hf_packed(x)
+
+
+def test_hf_packed_errors():
+    ids = ragged.array([[1, 2], [3]])
+    with pytest.raises(ValueError, match=re.escape("`labels` must have the partition of `x`")):
+        ragged.to_hf_packed(ids, labels=ragged.array([[1], [2, 3]]))
+    with pytest.raises(ValueError, match=re.escape("`batch` must hold `input_ids` of shape")):
+        ragged.from_hf_packed({"input_ids": torch.ones(3, dtype=torch.int64)})
+    with pytest.raises(ValueError, match="must hold `cu_seq_lens_q` or `position_ids`"):
+        ragged.from_hf_packed({"input_ids": torch.ones(1, 3, dtype=torch.int64)})
+
+
+@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed")
+@pytest.mark.parametrize("with_labels", [False, True])
+def test_hf_packed_equals_data_collator_with_flattening(with_labels):
+    from transformers import DataCollatorWithFlattening
+
+    gen = torch.Generator().manual_seed(0)
+    features = []
+    for n in (5, 1, 7, 3):
+        row = {"input_ids": torch.randint(0, 1000, (n,), generator=gen).tolist()}
+        if with_labels:
+            row["labels"] = torch.randint(0, 1000, (n,), generator=gen).tolist()
+        features.append(row)
+    collator = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_seq_idx=True)
+    expected = collator(features)
+    batch = ragged.data.collate(features, ragged_keys=list(features[0]))  # lists of ints
+    got = ragged.to_hf_packed(batch["input_ids"], labels=batch.get("labels"), return_seq_idx=True)
+    assert sorted(got) == sorted(expected)
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert got[key].dtype == value.dtype, key
+            torch.testing.assert_close(got[key], value, msg=key)
+        else:
+            assert got[key] == value, key
+    assert ragged.from_hf_packed(expected).to_list() == [f["input_ids"] for f in features]
+
+
 # --- PyG --------------------------------------------------------------------------------------
 
 
@@ -185,9 +260,32 @@ def test_pyg_errors():
     ):
         ragged.from_pyg(torch.zeros(2), torch.tensor([1, 0]))
     with pytest.raises(
-        ValueError, match=re.escape("ragged.from_pyg: `batch` must be in [0, 2), got graph 3.")
+        ValueError, match=re.escape("ragged.from_pyg: `batch` must be in [0, 2), got id 3.")
     ):
         ragged.from_pyg(torch.zeros(2), torch.tensor([0, 3]), num_graphs=2)
+
+
+@pytest.mark.skipif(not HAS_PYG, reason="torch_geometric is not installed")
+def test_pyg_batch_is_accepted_directly():
+    from torch_geometric.data import Batch, Data
+
+    no_edges = torch.zeros(2, 0, dtype=torch.int64)
+    graphs = [
+        Data(x=torch.randn(3, 2), pos=torch.randn(3, 3), edge_index=torch.tensor([[0, 1], [1, 2]])),
+        Data(x=torch.randn(0, 2), pos=torch.randn(0, 3), edge_index=no_edges),
+        Data(x=torch.randn(2, 2), pos=torch.randn(2, 3), edge_index=no_edges),
+        Data(x=torch.randn(0, 2), pos=torch.randn(0, 3), edge_index=no_edges),  # trailing empty
+    ]
+    batch = Batch.from_data_list(graphs)
+    x = ragged.from_pyg(batch)
+    assert x.lengths.tolist() == [3, 0, 2, 0]
+    assert x.to_list() == [g.x.tolist() for g in graphs]
+    assert_close(x, ragged.from_pyg(batch.x, batch.batch, batch.num_graphs))
+    assert ragged.from_pyg(batch, key="pos").to_list() == [g.pos.tolist() for g in graphs]
+    with pytest.raises(ValueError, match="`key` must name a node attribute"):
+        ragged.from_pyg(batch, key="edge_index")
+    with pytest.raises(TypeError, match="pass a PyG Batch alone"):
+        ragged.from_pyg(batch, batch.batch)
 
 
 # --- torch.nested -----------------------------------------------------------------------------

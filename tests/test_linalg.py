@@ -9,7 +9,7 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from ragged.ops import _einsum
+from ragged.ops._linalg import _einsum
 from tests.strategies import ragged_arrays
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 from hypothesis import given, settings
 
 import ragged
+from ragged._axes import DENSE
 from tests.optable import OpInfo, PerSegment, Sample, all_ops, is_pair_map, pair_blocks
 from tests.strategies import lengths as lengths_strategy
 
@@ -182,3 +184,91 @@ def test_long_float32_segment_as_accurate_as_torch(op_id: str) -> None:
 
 def _relative_error(t: torch.Tensor, want: torch.Tensor, where: torch.Tensor) -> float:
     return float((t[where] - want[where]).norm() / want[where].norm())
+
+
+# --- axis names: every op's result follows its declared rule ------------------------------------
+
+
+def _arrays(values: Any) -> list[ragged.RaggedArray]:
+    out = []
+    for v in values:
+        items = v if isinstance(v, (list, tuple)) else (v,)
+        out.extend(a for a in items if isinstance(a, ragged.RaggedArray))
+    return out
+
+
+def _generic_names(x: ragged.RaggedArray) -> tuple[str, ...]:
+    """Names that line up like positions: ragged axes from the front, inner from the back."""
+    inner = x.values.dim() - 1
+    ragged_names = [f"r{k}" for k in range(1, x.ragged_ndim + 1)]
+    return ("batch", *ragged_names, *[f"i{k - inner}" for k in range(inner)])
+
+
+def _named(value: Any) -> Any:
+    if isinstance(value, ragged.RaggedArray):
+        return value if value.axes is not None else value.rename(*_generic_names(value))
+    if isinstance(value, (list, tuple)) and any(isinstance(v, ragged.RaggedArray) for v in value):
+        return type(value)(_named(v) for v in value)
+    return value
+
+
+def _call(info: OpInfo, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by parameter name, defaults included."""
+    for fn in (info.spec.obj, info.op):
+        try:
+            bound = inspect.signature(fn).bind(*args, **kwargs)
+        except TypeError:
+            continue
+        bound.apply_defaults()
+        call = dict(bound.arguments)
+        for name, param in inspect.signature(fn).parameters.items():
+            if param.kind is inspect.Parameter.VAR_KEYWORD:
+                call.update(call.pop(name, {}))
+        return call
+    raise AssertionError(f"{info.id}: the sample does not bind to the op's signature")
+
+
+def _check_names(info: OpInfo, sample: Sample, out: Any) -> None:
+    args = sample.call_args()
+    expected = info.spec.rule.expected(_arrays(args), _call(info, args, sample.kwargs))
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    # The rule names the primary result; the others (indices, counts) follow it when they have
+    # as many axes.
+    for k, got in enumerate(outs):
+        if expected is DENSE:
+            assert not isinstance(got, ragged.RaggedArray), f"{info.id}/{sample.name}: not dense"
+        elif isinstance(got, ragged.RaggedArray) and (k == 0 or got.ndim == outs[0].ndim):
+            assert got.axes == expected, f"{info.id}/{sample.name}: {got.axes} != {expected}"
+
+
+@pytest.mark.parametrize("op_id", list(BY_ID))
+def test_axis_names_follow_the_rule(op_id: str) -> None:
+    info = BY_ID[op_id]
+    gen = torch.Generator().manual_seed(0)
+    checked = 0
+    for sample in info.samples([2, 0, 3], gen, torch.float64, "contiguous"):
+        args = tuple(_named(a) for a in sample.args)
+        named = Sample(sample.name, args, sample.kwargs)
+        try:
+            out = info.op(*named.call_args(), **named.kwargs)
+        except (TypeError, ValueError, IndexError, NotImplementedError):
+            info.op(*sample.call_args(), **sample.kwargs)  # valid unnamed: names do not line up
+            continue
+        _check_names(info, named, out)
+        checked += 1
+    assert checked, f"{op_id}: no sample could be checked on named inputs"
+
+
+# --- immutability: every op refuses an array whose tensors were edited in place ---------------
+
+
+@pytest.mark.parametrize("op_id", list(BY_ID))
+def test_in_place_edits_are_caught(op_id: str) -> None:
+    info = BY_ID[op_id]
+    gen = torch.Generator().manual_seed(0)
+    sample = info.samples([2, 0, 3], gen, torch.float64, "contiguous")[0]
+    info.op(*sample.call_args(), **sample.kwargs)  # fine before the edit
+    target = _arrays(sample.args)[0]
+    target.values.copy_(target.values.clone())  # an in-place write: bumps the version counter
+    with pytest.raises(ValueError, match="was modified in place after it was built"):
+        info.op(*sample.call_args(), **sample.kwargs)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from ragged.ops import _scan
+from ragged.kernels import _scan
 from tests.paths import PATHS, use_path
 from tests.strategies import ragged_arrays
 

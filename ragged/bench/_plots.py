@@ -28,28 +28,67 @@ def _pyplot() -> Any:
 
 
 def _bars(
-    ax: Any, groups: list[str], series: dict[str, list[float]], *, ratio: bool = True
+    ax: Any,
+    groups: list[str],
+    series: dict[str, list[float]],
+    *,
+    ratio: bool = True,
+    missing: dict[str, list[str]] | None = None,
 ) -> None:
-    """Grouped bars labelled with their heights: ratios (``12x``, a line at 1) or amounts."""
+    """Grouped bars labelled with their heights: ratios (``12x``, a line at 1) or amounts.
+
+    A missing (non-finite) height gets a grey label at the foot of its slot instead of an
+    unexplained gap: ``missing[series][group]``, or "n/a". Long or many group labels are slanted so that they never
+    overlap; the top of the axes is left free for the legend (``_legend``).
+    """
     suffix = "x" if ratio else ""
     width = 0.8 / max(len(series), 1)
     for i, (label, heights) in enumerate(series.items()):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
         bars = ax.bar(xs, [h if math.isfinite(h) else 0 for h in heights], width, label=label)
-        for bar, h in zip(bars, heights, strict=True):
+        why = (missing or {}).get(label) or ["n/a"] * len(groups)
+        for bar, h, reason in zip(bars, heights, why, strict=True):
+            x = bar.get_x() + bar.get_width() / 2
             if math.isfinite(h):
                 text = f"{h:.0f}{suffix}" if h >= 10 else f"{h:.1f}{suffix}"
+                ax.annotate(text, (x, h), ha="center", va="bottom", fontsize=7)
+            else:
                 ax.annotate(
-                    text,
-                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    reason,
+                    (x, 0),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(0, 3),
+                    textcoords="offset points",
                     ha="center",
                     va="bottom",
+                    rotation=90,
                     fontsize=7,
+                    color="grey",
                 )
-    ax.set_xticks(range(len(groups)), groups)
+    # Slant the labels when the longest would not fit its slot (~14 characters per inch).
+    inches = ax.get_position().width * ax.get_figure().get_figwidth() / max(len(groups), 1)
+    slant = max((len(g) for g in groups), default=0) > 14 * inches
+    ax.set_xticks(
+        range(len(groups)),
+        groups,
+        rotation=25 if slant else 0,
+        ha="right" if slant else "center",
+        rotation_mode="anchor",
+    )
     if ratio:
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     ax.margins(y=0.15)
+
+
+def _legend(ax: Any) -> None:
+    """The legend in a band above the tallest bar, in one row: it never covers a label."""
+    bottom, top = ax.get_ylim()
+    if ax.get_yscale() == "log":
+        ax.set_ylim(bottom, top * (top / bottom) ** 0.25)
+    else:
+        ax.set_ylim(bottom, top + 0.25 * (top - bottom))
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(loc="upper center", ncols=max(1, len(handles)), fontsize=8, frameon=False)
 
 
 def plot_ops(result: dict[str, Any], out: Path) -> Path:
@@ -71,7 +110,7 @@ def plot_ops(result: dict[str, Any], out: Path) -> Path:
         ax.set_ylabel("speedup (above 1: ragged is faster)")
         if kind == "padded":
             ax.set_yscale("log")
-        ax.legend()
+        _legend(ax)
     return _save(fig, result, out)
 
 
@@ -106,14 +145,16 @@ def plot_func(result: dict[str, Any], out: Path) -> Path:
     methods = list(vmap)
     _bars(axes[0], methods, {m: [vmap[x][m] for x in methods] for m in ("fwd", "fwd+bwd")})
     axes[0].set_title("per-segment attention: loop time / method time")
+    axes[0].set_ylabel("speedup over the loop (above 1: faster)")
     axes[0].axhline(4.0, color="red", linewidth=0.8, linestyle=":", label="target 4x")
-    axes[0].legend()
+    _legend(axes[0])
     batches = list(compiled)
     short = [b.split(",")[0] for b in batches]
     _bars(axes[1], short, {m: [compiled[b][m] for b in batches] for m in ("fwd", "fwd+bwd")})
     axes[1].set_title("attention pooling: eager time / compiled time")
+    axes[1].set_ylabel("speedup of compiled over eager")
     axes[1].axhline(2.0, color="red", linewidth=0.8, linestyle=":", label="target 2x")
-    axes[1].legend()
+    _legend(axes[1])
     return _save(fig, result, out)
 
 
@@ -145,44 +186,146 @@ def plot_pair(result: dict[str, Any], out: Path) -> Path:
         ratio=False,
     )
     axes[1].set_title("peak memory of one pass (MiB)")
+    axes[0].set_ylabel("milliseconds")
+    axes[1].set_ylabel("MiB")
     for ax in axes:
-        ax.legend()
+        _legend(ax)
     return _save(fig, result, out)
 
 
 def plot_encoder(result: dict[str, Any], out: Path) -> Path:
-    """Encoder speedup over padding per variant (forward + backward), against the FLOP ratio."""
+    """Encoder speedup over padding per variant (forward + backward), against the FLOP ratio.
+
+    Every panel shows the variants in one order (ragged first, then by the first panel's eager
+    speedup); a variant timed forward only (torch's inference fast path) has no bar here, which
+    a note under the panels says; a missing bar says why, from the suite's table ("fails",
+    "not run": the per-sequence loop is not compiled).
+    """
     plt = _pyplot()
     settings = result["plots"]["encoder"]
-    fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4), squeeze=False)
-    for ax, setting in zip(axes[0], settings, strict=True):
+    fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4.4), squeeze=False)
+    measured = [
+        {k.rsplit(" ", 2)[0] for k in setting["speedup"]} - {"padded"} for setting in settings
+    ]
+    first = settings[0]["speedup"] if settings else {}
+    both = [
+        v
+        for v in sorted(set().union(*measured))
+        if any(f"{v} eager fwd+bwd" in s["speedup"] for s in settings)
+    ]
+    variants = sorted(both, key=lambda v: (v != "ragged", -first.get(f"{v} eager fwd+bwd", 0.0), v))
+    forward_only = sorted(set().union(*measured) - set(variants))
+    tables = result.get("tables") or [None] * len(settings)
+    for ax, setting, table in zip(axes[0], settings, tables, strict=True):
         speedup = setting["speedup"]
-        variants = sorted(
-            {k.rsplit(" ", 2)[0] for k in speedup} - {"padded"},
-            key=lambda v: -speedup.get(f"{v} eager fwd+bwd", 0.0),
-        )
+        modes = [
+            m for m in ("eager", "compiled") if any(f"{v} {m} fwd+bwd" in speedup for v in variants)
+        ]
+        cells = _encoder_cells(table)
         _bars(
             ax,
             variants,
-            {
-                mode: [speedup.get(f"{v} {mode} fwd+bwd", math.nan) for v in variants]
-                for mode in ("eager", "compiled")
-                if any(f"{v} {mode} fwd+bwd" in speedup for v in variants)
-            },
+            {m: [speedup.get(f"{v} {m} fwd+bwd", math.nan) for v in variants] for m in modes},
+            missing={m: [cells.get((v, m), "not run") for v in variants] for m in modes},
         )
         ax.axhline(
             setting["flop_ratio"], color="red", linewidth=0.8, linestyle=":", label="FLOP ratio"
         )
         ax.set_title(f"{setting['setting']}: padded time / variant time (fwd+bwd)", fontsize=9)
-        ax.tick_params(axis="x", labelsize=7)
-        ax.legend()
+        ax.set_ylabel("speedup over padding (above 1: faster)")
+        ax.tick_params(axis="x", labelsize=8)
+        _legend(ax)
+    if forward_only:
+        fig.text(
+            0.5,
+            0.01,
+            f"Not shown: {', '.join(forward_only)} (timed forward only). Missing bars: the "
+            "variant failed in that mode or is not run in it (see the tables).",
+            ha="center",
+            fontsize=8,
+            color="dimgrey",
+        )
+    return _save(fig, result, out, bottom=0.06 if forward_only else 0.0)
+
+
+def plot_context_parallel(result: dict[str, Any], out: Path) -> Path:
+    """Context parallelism, causal: work balance and key/value bytes per plan, and wall time."""
+    plt = _pyplot()
+    points = [p for p in result["plots"]["plans"] if p["causal"]]
+    wall = result["plots"]["wall"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2), gridspec_kw={"width_ratios": [1, 1.6, 0.7]})
+    mixes = list(dict.fromkeys(p["mix"] for p in points))
+    for i, mix in enumerate(mixes):
+        rows = [p for p in points if p["mix"] == mix]
+        ranks = [p["ranks"] for p in rows]
+        color = f"C{i}"
+        axes[0].plot(
+            ranks,
+            [p["static_max_over_mean"] for p in rows],
+            "--o",
+            color=color,
+            label=f"{mix}: static",
+        )
+        axes[0].plot(
+            ranks,
+            [p["balanced_max_over_mean"] for p in rows],
+            "-s",
+            color=color,
+            label=f"{mix}: balanced",
+        )
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_yscale("log")
+    axes[0].yaxis.set_major_formatter("{x:g}")
+    axes[0].yaxis.set_minor_formatter("{x:g}")
+    axes[0].axhline(1.10, color="red", linewidth=0.8, linestyle=":", label="target 1.10")
+    axes[0].set_xlabel("ranks")
+    axes[0].set_ylabel("attention work, max / mean rank")
+    axes[0].set_title("work balance (causal)")
+    axes[0].legend(fontsize=6)
+    gib = 2.0**30
+    groups = [f"{p['mix'].split()[0]}\n{p['ranks']}" for p in points]
+    _bars(
+        axes[1],
+        groups,
+        {
+            "static ring": [p["static_ring_bytes"] / gib for p in points],
+            "static, needed rows": [p["static_needed_bytes"] / gib for p in points],
+            "balanced": [p["balanced_bytes"] / gib for p in points],
+        },
+        ratio=False,
+    )
+    axes[1].set_yscale("log")
+    axes[1].set_title("key/value GiB moved, forward (causal)")
+    axes[1].tick_params(axis="x", labelsize=7)
+    axes[1].legend(fontsize=7)
+    _bars(
+        axes[2],
+        [f"{w['processes']} proc" for w in wall],
+        {
+            name: [1e3 * w[f"{name}_s"] for w in wall]
+            for name in ("static", "balanced", "balanced, fitted cost")
+            if all(f"{name}_s" in w for w in wall)
+        },
+        ratio=False,
+    )
+    axes[2].set_title("fwd+bwd wall time (ms), gloo")
+    axes[2].legend(fontsize=7)
     return _save(fig, result, out)
 
 
-def _save(fig: Any, result: dict[str, Any], out: Path) -> Path:
-    """Caption the figure with the command and machine, write it, free it."""
+def _encoder_cells(table: dict[str, Any] | None) -> dict[tuple[str, str], str]:
+    """``(variant, mode) -> the fwd+bwd cell`` of one encoder table ("fails", "n/a", a time)."""
+    if not table or table.get("columns", [None])[0] != "variant":
+        return {}
+    column = table["columns"].index("fwd+bwd ms")
+    return {(row[0], row[1]): row[column] or "n/a" for row in table["rows"]}
+
+
+def _save(fig: Any, result: dict[str, Any], out: Path, bottom: float = 0.0) -> Path:
+    """Caption the figure with the command and machine, write it, free it (``bottom``: room
+    kept under the axes for a note, as a fraction of the height)."""
     fig.suptitle(_caption(result))
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, bottom, 1.0, 1.0))
     fig.savefig(out, dpi=110)
     _pyplot().close(fig)
     return out
@@ -190,7 +333,9 @@ def _save(fig: Any, result: dict[str, Any], out: Path) -> Path:
 
 def _caption(result: dict[str, Any]) -> str:
     m = result["machine"]
-    return f"{result['command']}  ({m['cpu']}, torch {m['torch']}, {m['torch_threads']} thread)"
+    where = f"{m['device']}, " if m.get("device") else ""
+    threads = f"{m['torch_threads']} thread{'s' * (m['torch_threads'] != 1)}"
+    return f"{result['command']}  ({where}{m['cpu']}, torch {m['torch']}, {threads})"
 
 
 PLOTS = {
@@ -199,6 +344,7 @@ PLOTS = {
     "func": [("func.png", plot_func)],
     "pair": [("pair.png", plot_pair)],
     "encoder": [("encoder.png", plot_encoder)],
+    "context_parallel": [("context_parallel.png", plot_context_parallel)],
 }
 
 

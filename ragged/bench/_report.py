@@ -18,8 +18,13 @@ import os
 import platform
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
+
+import torch
+
+from . import _timing
 
 __all__ = ["Table", "machine", "replace_section", "write_result"]
 
@@ -47,13 +52,50 @@ class Table:
     rows: list[list[str]] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
 
-    def text(self) -> str:
+    def text(self, width: int | None = 100) -> str:
+        """The table as aligned text, no line longer than ``width`` (``None``: no limit): the
+        widest columns wrap their cells over several lines, and notes wrap.
+
+        >>> t = Table("t", ["name", "note"], [["sum", "a long cell that wraps"]], ["n " * 12])
+        >>> print(t.text(width=20))
+        t
+        name  note
+        sum   a long cell
+              that wraps
+          n n n n n n n n n
+          n n n
+        """
         cells = [self.columns, *self.rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
-        lines = [self.title]
+        if width is not None:
+            # Narrow the widest column that can still wrap at a space until the table fits; a
+            # column keeps its longest word (up to 16 characters, longer words are cut).
+            floors = [
+                min(max(len(w) for row in cells for w in row[i].split() or [""]), 16)
+                for i in range(len(widths))
+            ]
+            while sum(widths) + 2 * (len(widths) - 1) > width:
+                narrower = [i for i, w in enumerate(widths) if w > max(floors[i], 4)]
+                if not narrower:
+                    break
+                widths[max(narrower, key=lambda i: widths[i])] -= 1
+        lines = [self.title if width is None else textwrap.fill(self.title, width)]
         for row in cells:
-            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-        lines += [f"  {note}" for note in self.notes]
+            parts = [
+                textwrap.wrap(c, w, break_on_hyphens=False) or [""]
+                for c, w in zip(row, widths, strict=True)
+            ]
+            for k in range(max(len(p) for p in parts)):
+                pieces = [
+                    (p[k] if k < len(p) else "").ljust(w)
+                    for p, w in zip(parts, widths, strict=True)
+                ]
+                lines.append("  ".join(pieces).rstrip())
+        for note in self.notes:
+            if width is None:
+                lines.append(f"  {note}")
+            else:
+                lines += textwrap.wrap(note, width, initial_indent="  ", subsequent_indent="  ")
         return "\n".join(lines)
 
     def markdown(self) -> str:
@@ -83,9 +125,7 @@ def _cpu_model() -> str:
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on: CPU model, cores, torch threads and versions."""
-    import torch
-
-    return {
+    info = {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -93,6 +133,12 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
     }
+    device = _timing._device
+    if device.type == "cuda":
+        info["device"] = f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
+    elif device.type != "cpu":
+        info["device"] = str(device)
+    return info
 
 
 def describe(info: dict[str, Any]) -> str:
@@ -100,9 +146,13 @@ def describe(info: dict[str, Any]) -> str:
 
     >>> describe({"cpu": "X", "cores": 2, "torch_threads": 1, "torch": "2.13.0", "python": "3.11"})
     'X, 2 cores, torch 2.13.0 on 1 thread, Python 3.11'
+    >>> describe({"cpu": "X", "cores": 2, "torch_threads": 1, "torch": "2.13.0", "python": "3.11",
+    ...           "device": "NVIDIA H200 (CUDA 12.8)"})
+    'NVIDIA H200 (CUDA 12.8) with X, 2 cores, torch 2.13.0 on 1 thread, Python 3.11'
     """
+    device = f"{info['device']} with " if info.get("device") else ""
     return (
-        f"{info['cpu']}, {info['cores']} cores, torch {info['torch']} on "
+        f"{device}{info['cpu']}, {info['cores']} cores, torch {info['torch']} on "
         f"{info['torch_threads']} thread{'s' * (info['torch_threads'] != 1)}, "
         f"Python {info['python']}"
     )

@@ -5,10 +5,16 @@ includes the page faults of fresh tensors). The suites run torch on one thread, 
 the work done by the op itself; on a shared machine it is steadier than wall time, which also
 counts the time other processes held the core. Variants of one job are timed round-robin (one
 call of each per round), so slow drifts in the machine's load hit all of them alike.
+
+On an accelerator (``use_device``, the suites' ``--device``), every timed call is followed by
+a synchronisation of the device, so wall time covers the kernels the call launched (CPU time
+then only counts the host's share: suites report wall time there), and ``peak_memory``
+reads the device allocator's high-water mark.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import gc
 import statistics
@@ -17,7 +23,64 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Timing", "compare", "peak_memory", "per_call"]
+import torch
+
+__all__ = [
+    "Timing",
+    "add_device_option",
+    "compare",
+    "peak_memory",
+    "per_call",
+    "synchronize",
+    "use_device",
+]
+
+_device = torch.device("cpu")
+
+
+def use_device(name: str | torch.device) -> torch.device:
+    """Time on ``name`` from now on (a suite's ``--device``); returns the device.
+
+    Timing then waits for the device after every call (``synchronize``), and
+    ``peak_memory`` reads its allocator. Raises ``SystemExit`` with a clear message when torch
+    does not see the device.
+
+    >>> use_device("cpu")
+    device(type='cpu')
+    """
+    global _device
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise SystemExit(f"--device {name}: {error}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit(f"--device {name}: torch {torch.__version__} sees no CUDA device")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type not in ("cpu", "meta") and not torch.accelerator.is_available():
+        raise SystemExit(f"--device {name}: torch sees no {device.type} accelerator")
+    _device = device
+    return device
+
+
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    """Add the suites' common ``--device`` option (the runner passes it on to suites that have
+    it, and skips the others on a device other than the CPU)."""
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the data lives and the timed calls run: cpu, cuda, cuda:1, ... "
+        "(on an accelerator, timings synchronise it and report wall time)",
+    )
+
+
+def synchronize() -> None:
+    """Wait for the work queued on the timing device (nothing to wait for on CPU)."""
+    if _device.type == "cuda":
+        torch.cuda.synchronize(_device)
+    elif _device.type not in ("cpu", "meta"):
+        torch.accelerator.synchronize()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +138,7 @@ def compare(
         start = time.perf_counter()
         for _ in range(warmup):
             fn()
+        synchronize()
         took = (time.perf_counter() - start) / max(warmup, 1)
         if estimates and name in estimates:
             took = estimates[name]
@@ -91,6 +155,7 @@ def compare(
                     continue
                 c0, w0 = time.process_time(), time.perf_counter()
                 fn()
+                synchronize()
                 w1, c1 = time.perf_counter(), time.process_time()
                 walls[name].append(w1 - w0)
                 cpus[name].append(c1 - c0)
@@ -107,6 +172,7 @@ def per_call(fn: Callable[[], Any], *, number: int, repeat: int) -> Timing:
     """
     for _ in range(max(1, number // 10)):
         fn()
+    synchronize()
     walls, cpus = [], []
     gc.collect()
     gc.disable()
@@ -115,6 +181,7 @@ def per_call(fn: Callable[[], Any], *, number: int, repeat: int) -> Timing:
             c0, w0 = time.process_time(), time.perf_counter()
             for _ in range(number):
                 fn()
+            synchronize()
             w1, c1 = time.perf_counter(), time.process_time()
             walls.append((w1 - w0) / number)
             cpus.append((c1 - c0) / number)
@@ -138,14 +205,24 @@ def _status_kib(field: str) -> int | None:
 
 
 def peak_memory(fn: Callable[[], Any]) -> float | None:
-    """Peak resident memory that one call of ``fn`` adds, in bytes (Linux only, else ``None``).
+    """Peak memory that one call of ``fn`` adds, in bytes (Linux only on CPU, else ``None``).
 
-    Resets the process's high-water mark (``VmHWM``, by writing 5 to ``/proc/self/clear_refs``),
-    calls ``fn`` and reads how far the mark rose above the resident size before the call. Large
-    CPU tensors are mapped and unmapped per allocation by the default allocator, so this is the
-    peak of the live tensors during the call.
+    On CPU: resets the process's high-water mark (``VmHWM``, by writing 5 to
+    ``/proc/self/clear_refs``), calls ``fn`` and reads how far the mark rose above the resident
+    size before the call. Large CPU tensors are mapped and unmapped per allocation by the default
+    allocator, so this is the peak of the live tensors during the call. On CUDA
+    (``use_device``): the rise of the caching allocator's peak of allocated bytes.
     """
     gc.collect()
+    if _device.type == "cuda":
+        synchronize()
+        torch.cuda.reset_peak_memory_stats(_device)
+        start = torch.cuda.memory_allocated(_device)
+        kept = fn()
+        synchronize()
+        top = torch.cuda.max_memory_allocated(_device)
+        del kept
+        return float(max(0, top - start))
     try:
         _CLEAR_REFS.write_text("5")
     except OSError:

@@ -4,7 +4,10 @@ The rule (see ``docs/semantics.md`` (data loading)): a sample is a tensor or a p
 namedtuples, lists) of tensors and Python scalars. A bare-tensor sample always becomes a
 RaggedArray. Inside a pytree, a tensor field becomes a RaggedArray when ``ragged_keys`` names it
 or, with ``ragged_keys=None``, when its leading sizes differ within the batch; other tensor fields
-are stacked densely. Python numbers become a tensor, anything else a list.
+are stacked densely. A field that is a list of numbers in every sample (what tokenizers and
+``datasets`` return) is a 1-D tensor field: int64 if every number is an int, bool if every one
+is a bool, else the default float dtype (int64 when every list is empty). Python numbers become
+a tensor, anything else a list.
 
 Lengths come from the samples' shapes, so every RaggedArray built here knows its maximum
 length on the host and later ``to_padded``/``to_mask`` calls read nothing from the device. Fields
@@ -23,13 +26,14 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._errors import type_error, value_error
 from .._partition import Partition, RowPartition
+from .._registry import public
 
 __all__ = ["collate"]
 
-_FUNC = "ragged.data.collate"
 Path = tuple[Hashable, ...]
 
 
+@public("data", namespace="ragged.data")
 def collate(samples: Sequence[Any], *, ragged_keys: Iterable[Any] | None = None) -> Any:
     """Batch variable-length samples into RaggedArrays (no padding) and dense tensors.
 
@@ -39,7 +43,8 @@ def collate(samples: Sequence[Any], *, ragged_keys: Iterable[Any] | None = None)
 
     Args:
         samples: tensors of shape ``(L_i, *inner)``, or pytrees (dicts, tuples, namedtuples,
-            lists) of one structure whose leaves are tensors, numpy arrays or Python scalars.
+            lists) of one structure whose leaves are tensors, numpy arrays, lists of numbers
+            (1-D fields, e.g. a tokenizer's ``input_ids``) or Python scalars.
         ragged_keys: the fields that become RaggedArrays; every other tensor field is stacked
             (and must have one shape across the batch). A field is a top-level dict key or tuple
             index (a field name for a namedtuple), or a tuple path into nested containers
@@ -68,11 +73,16 @@ def collate(samples: Sequence[Any], *, ragged_keys: Iterable[Any] | None = None)
     3
     >>> ragged.data.collate([torch.ones(2, 4), torch.ones(2, 4)]).shape  # bare tensors: ragged
     RaggedShape(2, [2, 2], 4)
+    >>> rows = [{"input_ids": [101, 7592, 102], "label": 1}, {"input_ids": [101, 102], "label": 0}]
+    >>> ragged.data.collate(rows)["input_ids"].to_list()  # lists of numbers, as from a tokenizer
+    [[101, 7592, 102], [101, 102]]
     """
     if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence):
-        raise type_error(_FUNC, "samples", "must be a sequence of samples", type(samples).__name__)
+        raise type_error(
+            collate, "samples", "must be a sequence of samples", type(samples).__name__
+        )
     if not samples:
-        raise value_error(_FUNC, "samples", "must hold at least one sample", "an empty batch")
+        raise value_error(collate, "samples", "must hold at least one sample", "an empty batch")
     first = samples[0]
     if isinstance(first, Tensor) or _is_array(first):
         return _Collator(None).ragged((), [_as_tensor(s, ()) for s in samples])
@@ -87,7 +97,9 @@ def collate(samples: Sequence[Any], *, ragged_keys: Iterable[Any] | None = None)
         unused = keys - collator.used
         if unused:
             names = sorted(map(_path_text, unused))
-            raise value_error(_FUNC, "ragged_keys", "must name tensor fields of the samples", names)
+            raise value_error(
+                collate, "ragged_keys", "must name tensor fields of the samples", names
+            )
     return out
 
 
@@ -101,7 +113,7 @@ def _as_tensor(obj: Any, path: Path) -> Tensor:
     if _is_array(obj):
         return torch.as_tensor(obj)
     raise type_error(
-        _FUNC, "samples", f"must hold tensors at {_path_text(path)}", type(obj).__name__
+        collate, "samples", f"must hold tensors at {_path_text(path)}", type(obj).__name__
     )
 
 
@@ -123,7 +135,7 @@ class _Collator:
             if type(item) is not type(first) and not (_is_leaf(item) and _is_leaf(first)):
                 got = f"{type(first).__name__} in sample 0, {type(item).__name__} in sample {b}"
                 raise type_error(
-                    _FUNC, "samples", f"must share one structure at {_path_text(path)}", got
+                    collate, "samples", f"must share one structure at {_path_text(path)}", got
                 )
         if isinstance(first, Mapping):
             fields = list(first.keys())
@@ -131,22 +143,25 @@ class _Collator:
                 if set(item.keys()) != set(fields):
                     got = f"keys {sorted(map(str, fields))} in sample 0, {sorted(map(str, item.keys()))} in sample {b}"
                     raise type_error(
-                        _FUNC, "samples", f"must share one structure at {_path_text(path)}", got
+                        collate, "samples", f"must share one structure at {_path_text(path)}", got
                     )
             batched = {k: self.walk((*path, k), [item[k] for item in items]) for k in fields}
             try:  # keep the mapping type when it can be built from a dict (OrderedDict, ...)
                 return batched if type(first) is dict else type(first)(batched)  # type: ignore[call-arg]
             except TypeError:
                 return batched
+        if isinstance(first, list) and _number_lists(items):
+            return self.leaf(path, _number_tensors(items))
         if isinstance(first, (tuple, list)):
             for b, item in enumerate(items):
                 if len(item) != len(first):
                     got = f"length {len(first)} in sample 0, {len(item)} in sample {b}"
                     expected = (
-                        f"must share one structure at {_path_text(path)} (lists and tuples are "
-                        "containers: give a variable-length field as a tensor)"
+                        f"must share one structure at {_path_text(path)} (tuples and lists of "
+                        "non-numbers are containers: give a variable-length field as a tensor "
+                        "or a list of numbers)"
                     )
-                    raise type_error(_FUNC, "samples", expected, got)
+                    raise type_error(collate, "samples", expected, got)
             names = getattr(first, "_fields", None)  # a namedtuple's fields go by name
             keys = names if isinstance(first, tuple) and names else range(len(first))
             fields = [
@@ -176,7 +191,7 @@ class _Collator:
         shapes = {tuple(t.shape) for t in tensors}
         if len(shapes) > 1:
             raise value_error(
-                _FUNC,
+                collate,
                 "samples",
                 f"must have one shape at {_path_text(path)} to stack it (name it in "
                 "ragged_keys to batch it as a RaggedArray)",
@@ -189,7 +204,7 @@ class _Collator:
         for b, t in enumerate(tensors):
             if t.dim() == 0:
                 raise value_error(
-                    _FUNC,
+                    collate,
                     "samples",
                     f"must have a leading (ragged) axis at {_path_text(path)}",
                     f"a 0-dim tensor in sample {b}",
@@ -197,7 +212,7 @@ class _Collator:
         inner = {tuple(t.shape[1:]) for t in tensors}
         if len(inner) > 1:
             raise value_error(
-                _FUNC,
+                collate,
                 "samples",
                 f"must have one inner shape at {_path_text(path)} (only the leading axis is ragged)",
                 f"inner shapes {sorted(inner)}",
@@ -215,16 +230,37 @@ class _Collator:
         return RaggedArray(values, partition)
 
 
+def _number_lists(items: list[Any]) -> bool:
+    """Whether every item is a list of real numbers (bools included; no nested containers)."""
+    return all(
+        isinstance(item, list) and all(isinstance(e, numbers.Real) for e in item) for item in items
+    )
+
+
+def _number_tensors(items: list[list[Any]]) -> list[Tensor]:
+    """The lists as 1-D tensors of one dtype for the whole batch."""
+    elements = [e for item in items for e in item]
+    if not elements or all(isinstance(e, numbers.Integral) for e in elements):
+        is_bool = bool(elements) and all(isinstance(e, bool) for e in elements)
+        dtype = torch.bool if is_bool else torch.int64
+    else:
+        dtype = torch.get_default_dtype()
+    return [torch.tensor(item, dtype=dtype) for item in items]
+
+
 def _check_dtypes(path: Path, tensors: list[Tensor]) -> None:
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) > 1:
         raise type_error(
-            _FUNC, "samples", f"must have one dtype at {_path_text(path)}", sorted(map(str, dtypes))
+            collate,
+            "samples",
+            f"must have one dtype at {_path_text(path)}",
+            sorted(map(str, dtypes)),
         )
     devices = {t.device for t in tensors}
     if len(devices) > 1:
         raise value_error(
-            _FUNC,
+            collate,
             "samples",
             f"must be on one device at {_path_text(path)}",
             sorted(map(str, devices)),

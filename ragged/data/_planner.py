@@ -28,11 +28,13 @@ import torch
 from torch import Tensor
 
 from .._errors import type_error, typename, value_error
+from .._registry import public
 from ._samplers import host_lengths, positive_int
 
 __all__ = ["MicrobatchCost", "plan_cost", "plan_microbatches"]
 
 
+@public("data", namespace="ragged.data")
 @dataclasses.dataclass(frozen=True)
 class MicrobatchCost:
     """Cost of one micro-batch: linear plus quadratic in length, plus a fixed overhead.
@@ -43,7 +45,7 @@ class MicrobatchCost:
         c: fixed cost per micro-batch (launch overhead, weight reads, pipeline bubbles). With
             ``c = 0`` the padded cost is least with one sample per micro-batch.
         padded: the micro-batch runs padded to its longest sample (``n * max(L)`` tokens)
-            instead of packed (``sum(L)`` tokens). The token cap of :func:`plan_microbatches`
+            instead of packed (``sum(L)`` tokens). The token cap of [`plan_microbatches`][ragged.data.plan_microbatches]
             counts tokens the same way.
 
     >>> cost = MicrobatchCost(a=1.0, b=0.01, c=10.0)
@@ -60,11 +62,9 @@ class MicrobatchCost:
         for name in ("a", "b", "c"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise type_error(
-                    "ragged.data.MicrobatchCost", name, "must be a float", typename(value)
-                )
+                raise type_error(MicrobatchCost, name, "must be a float", typename(value))
             if not value >= 0:
-                raise value_error("ragged.data.MicrobatchCost", name, "must be non-negative", value)
+                raise value_error(MicrobatchCost, name, "must be non-negative", value)
 
     def __call__(self, lengths: Sequence[int]) -> float:
         """The cost of one micro-batch holding samples of these lengths."""
@@ -82,6 +82,7 @@ class MicrobatchCost:
         return sum(lengths)
 
 
+@public("data", namespace="ragged.data")
 def plan_cost(
     lengths: Sequence[int] | Tensor, plan: Sequence[Sequence[int]], cost: MicrobatchCost
 ) -> float:
@@ -90,10 +91,11 @@ def plan_cost(
     >>> plan_cost([3, 1, 2], [[1, 2], [0]], MicrobatchCost(c=1.0))
     8.0
     """
-    host = host_lengths("ragged.data.plan_cost", lengths)
+    host = host_lengths(plan_cost, lengths)
     return sum(cost([host[i] for i in batch]) for batch in plan)
 
 
+@public("data", namespace="ragged.data")
 def plan_microbatches(
     lengths: Sequence[int] | Tensor,
     *,
@@ -112,7 +114,7 @@ def plan_microbatches(
         lengths: per-sample lengths (a sequence of ints or a 1-D integer tensor, read once).
         max_tokens: cap per micro-batch on ``sum(L)`` (packed cost) or ``n * max(L)`` (padded
             cost): the memory bound.
-        cost: the :class:`MicrobatchCost`; default ``MicrobatchCost()`` (``a=1``, packed), which
+        cost: the [`MicrobatchCost`][ragged.data.MicrobatchCost]; default ``MicrobatchCost()`` (``a=1``, packed), which
             makes the plan the fewest micro-batches under the cap.
         max_samples: cap on the number of samples per micro-batch.
 
@@ -132,7 +134,7 @@ def plan_microbatches(
     >>> plan_microbatches([1, 1, 9, 9], max_tokens=10)  # packed: bin packing, not contiguous
     [[0, 2], [1, 3]]
     """
-    func = "ragged.data.plan_microbatches"
+    func = plan_microbatches
     host = host_lengths(func, lengths)
     cost = MicrobatchCost() if cost is None else cost
     if not isinstance(cost, MicrobatchCost):

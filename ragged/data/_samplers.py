@@ -6,22 +6,35 @@ final incomplete batch that ``drop_last=True`` drops); with a seeded ``generator
 epochs is deterministic (each epoch advances the generator), so ranks that build the sampler with
 the same seed see the same batches; without a generator each shuffled epoch draws its seed from
 torch's global RNG, as ``RandomSampler`` does.
+
+Across ranks (``num_replicas > 1``, by default the initialised process group's size): every rank
+plans the same global epoch (same ``seed`` or equally seeded ``generator``), sorts its batches
+by cost, and cuts them into *steps* of ``num_replicas`` consecutive batches, so the batches of
+one step cost about the same; rank ``r`` takes one batch of every step. A final incomplete
+step is padded by repeating its own batches (or dropped with ``drop_last=True``), so every rank
+yields the same number of batches. ``state_dict()``/``load_state_dict()`` resume an epoch at
+its next batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import Sampler
 
-from .._errors import type_error, typename, value_error
+from .._errors import Func, name_of, type_error, typename, value_error
+from .._registry import public
 
 __all__ = ["BucketBatchSampler", "TokenBudgetBatchSampler"]
 
+Cost = Callable[[list[int]], float]
 
-def host_lengths(func: str, lengths: object) -> list[int]:
+
+def host_lengths(func: Func, lengths: object) -> list[int]:
     """Per-sample lengths as a host list of non-negative ints (a tensor is read once)."""
     if isinstance(lengths, Tensor):
         if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
@@ -46,7 +59,7 @@ def host_lengths(func: str, lengths: object) -> list[int]:
     return host
 
 
-def positive_int(func: str, param: str, value: object) -> int:
+def positive_int(func: Func, param: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise type_error(func, param, "must be an int", typename(value))
     if value <= 0:
@@ -61,7 +74,174 @@ def _seeded(generator: torch.Generator | None) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-class BucketBatchSampler(Sampler[list[int]]):
+def _replicas(func: Func, num_replicas: object, rank: object) -> tuple[int, int]:
+    """``(num_replicas, rank)``, each defaulting to the initialised process group's."""
+    grouped = dist.is_available() and dist.is_initialized()
+    if num_replicas is None:
+        num_replicas = dist.get_world_size() if grouped else 1
+    count = positive_int(func, "num_replicas", num_replicas)
+    if rank is None:
+        rank = dist.get_rank() if grouped else 0
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < count:
+        raise value_error(func, "rank", f"must be an int in [0, {count})", repr(rank))
+    return count, rank
+
+
+def _tokens(lengths: list[int]) -> float:
+    return float(sum(lengths))
+
+
+class _EpochSampler(Sampler[list[int]]):
+    """Epochs, ranks and resumption, shared by the batch samplers.
+
+    A subclass implements ``_batches(generator)``: the epoch's batches for all ranks.
+    """
+
+    def __init__(
+        self,
+        func: Func,
+        lengths: Sequence[int] | Tensor,
+        *,
+        shuffle: bool,
+        drop_last: bool,
+        generator: torch.Generator | None,
+        seed: int | None,
+        num_replicas: int | None,
+        rank: int | None,
+        cost: Cost | None,
+    ) -> None:
+        self.lengths = host_lengths(func, lengths)
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.num_replicas, self.rank = _replicas(func, num_replicas, rank)
+        if seed is not None:
+            if generator is not None:
+                raise TypeError(f"{name_of(func)}: pass at most one of `seed` and `generator`.")
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise type_error(func, "seed", "must be an int or None", typename(seed))
+        elif generator is None and self.num_replicas > 1:
+            seed = 0  # ranks must agree on the epoch's batches (as DistributedSampler)
+        self.seed = seed
+        self.generator = generator
+        if cost is not None and not callable(cost):
+            raise type_error(
+                func, "cost", "must be a callable on a list of lengths", typename(cost)
+            )
+        self.cost: Cost = _tokens if cost is None else cost
+        self.epoch = 0
+        self._planned: tuple[Tensor | None, list[list[int]]] | None = None
+        self._start: Tensor | None = None  # a loaded epoch's generator state at its start
+        self._done = 0  # batches of the current epoch handed out
+        self._resume = False
+
+    def _batches(self, generator: torch.Generator | None) -> list[list[int]]:
+        raise NotImplementedError
+
+    # --- epochs -------------------------------------------------------------------------------
+
+    def _epoch_generator(self) -> tuple[torch.Generator | None, Tensor | None]:
+        """The generator that plans this epoch and its state at the start (to resume)."""
+        if not self.shuffle:
+            return None, None
+        if self.seed is not None:
+            return torch.Generator().manual_seed(self.seed + self.epoch), None
+        if self._resume and self._start is not None:
+            generator = self.generator if self.generator is not None else torch.Generator()
+            generator.set_state(self._start)
+            return generator, self._start
+        generator = _seeded(self.generator)
+        return generator, generator.get_state()
+
+    def _plan(self) -> list[list[int]]:
+        """This rank's batches of the current epoch (planned once; ``len()`` plans ahead)."""
+        if self._planned is None:
+            generator, start = self._epoch_generator()
+            self._planned = (start, self._deal(self._batches(generator), generator))
+        return self._planned[1]
+
+    def _deal(self, batches: list[list[int]], generator: torch.Generator | None) -> list[list[int]]:
+        """This rank's batches: one of every step of ``num_replicas`` batches of similar cost."""
+        world = self.num_replicas
+        if world == 1:
+            return batches
+        costs = [self.cost([self.lengths[i] for i in b]) for b in batches]
+        order = sorted(range(len(batches)), key=lambda i: -costs[i])  # stable
+        steps = [order[i : i + world] for i in range(0, len(order), world)]
+        if steps and len(steps[-1]) < world:
+            if self.drop_last:
+                steps.pop()
+            else:  # pad the cheapest step with its own batches
+                last = steps[-1]
+                steps[-1] = [last[i % len(last)] for i in range(world)]
+        if generator is not None:
+            steps = [steps[i] for i in torch.randperm(len(steps), generator=generator)]
+        # Rotate within steps so that no rank always gets the dearest batch of a step.
+        return [batches[step[(self.rank + s) % world]] for s, step in enumerate(steps)]
+
+    def __len__(self) -> int:
+        return len(self._plan())
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self._plan()
+        skip = self._done if self._resume else 0
+        self._done, self._resume = skip, False
+        for batch in batches[skip:]:
+            self._done += 1
+            yield batch
+        self.epoch += 1
+        self._planned, self._start, self._done = None, None, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch to plan next (as ``DistributedSampler.set_epoch``).
+
+        With ``seed``, epoch ``e`` is shuffled by ``seed + e``; the epoch also advances by one
+        after every complete pass, so calling this is optional. Setting another epoch than the
+        one a loaded state was in discards the resumption point.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise value_error(
+                f"ragged.data.{type(self).__name__}.set_epoch",
+                "epoch",
+                "must be a non-negative int",
+                repr(epoch),
+            )
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._planned, self._start, self._done, self._resume = None, None, 0, False
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the sampler stands: the epoch, the batches of it already handed out, and the
+        state of the generator that plans it. The same on every rank.
+
+        With a ``DataLoader`` that prefetches (worker processes), the sampler runs ahead of
+        training: set ``state["batches"]`` to the number of batches actually trained on.
+        """
+        start = None
+        if self._planned is not None:  # planned (by len() or iter()): its starting state
+            start = self._planned[0]
+        elif self._resume:  # loaded and not yet planned
+            start = self._start
+        elif self.shuffle and self.seed is None and self.generator is not None:
+            start = self.generator.get_state()  # the next epoch starts from here
+        return {
+            "epoch": self.epoch,
+            "batches": self._done,
+            "generator_state": None if start is None else start.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next ``iter()`` continues the saved epoch at its next batch, and later
+        epochs follow as they would have."""
+        self.epoch = int(state["epoch"])
+        self._done = int(state["batches"])
+        start = state.get("generator_state")
+        self._start = None if start is None else start.clone()
+        self._planned = None
+        self._resume = True
+
+
+@public("data", namespace="ragged.data")
+class BucketBatchSampler(_EpochSampler):
     """Batches of samples of similar length: little padding if a model pads, balanced cost.
 
     Samples are grouped into length buckets (``length // bucket_width``, or ``num_buckets``
@@ -70,15 +250,28 @@ class BucketBatchSampler(Sampler[list[int]]):
     (a batch mixes two neighbouring buckets only at a bucket boundary, and only the final batch
     can be incomplete), then shuffles the order of the batches.
 
+    Across ranks the epoch's batches are dealt in steps of batches of similar cost (module
+    doc): rank ``rank`` yields ``ceil(batches / num_replicas)`` of them (``floor`` with
+    ``drop_last``).
+
     Args:
         lengths: per-sample lengths (a sequence of ints or a 1-D integer tensor).
-        batch_size: samples per batch.
+        batch_size: samples per batch (per rank).
         bucket_width: width of a length bucket; give this or ``num_buckets``.
         num_buckets: number of buckets of (nearly) equal sample count.
         shuffle: shuffle within buckets and the order of batches; ``False`` gives the batches
             in bucket order, each bucket in index order.
-        drop_last: drop the final batch when it is incomplete.
+        drop_last: drop the final batch when it is incomplete, and across ranks the batches of
+            an incomplete final step (instead of repeating some).
         generator: source of randomness; seed it for reproducible epochs.
+        seed: instead of ``generator``: epoch ``e`` shuffles with ``seed + e`` (as
+            ``DistributedSampler``). Default 0 when ``num_replicas > 1`` and no generator.
+        num_replicas: the number of ranks; default the process group's size if one is
+            initialised, else 1.
+        rank: this rank; default the process group's rank, else 0.
+        cost: the cost of a batch from its lengths, to deal batches of similar cost to the
+            ranks of a step, e.g. ``ragged.data.MicrobatchCost(a=1.0, b=1 / 12288)``; default
+            the number of tokens.
 
     >>> import torch
     >>> from ragged.data import BucketBatchSampler
@@ -88,6 +281,10 @@ class BucketBatchSampler(Sampler[list[int]]):
     >>> sampler = BucketBatchSampler(lengths, 3, num_buckets=2, generator=torch.Generator().manual_seed(0))
     >>> sorted(i for batch in sampler for i in batch), len(sampler)
     ([0, 1, 2, 3, 4, 5, 6, 7], 3)
+    >>> # Two ranks: steps of two batches of similar cost, [[4, 5], [2, 7]] and [[6, 0], [1, 3]]
+    >>> [list(BucketBatchSampler(lengths, 2, bucket_width=4, shuffle=False, num_replicas=2,
+    ...                          rank=r)) for r in range(2)]
+    [[[4, 5], [1, 3]], [[2, 7], [6, 0]]]
     """
 
     def __init__(
@@ -100,12 +297,28 @@ class BucketBatchSampler(Sampler[list[int]]):
         shuffle: bool = True,
         drop_last: bool = False,
         generator: torch.Generator | None = None,
+        seed: int | None = None,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        cost: Cost | None = None,
     ) -> None:
-        func = "ragged.data.BucketBatchSampler"
-        self.lengths = host_lengths(func, lengths)
+        func = BucketBatchSampler
+        super().__init__(
+            func,
+            lengths,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            generator=generator,
+            seed=seed,
+            num_replicas=num_replicas,
+            rank=rank,
+            cost=cost,
+        )
         self.batch_size = positive_int(func, "batch_size", batch_size)
         if (bucket_width is None) == (num_buckets is None):
-            raise TypeError(f"{func}: pass exactly one of `bucket_width` and `num_buckets`.")
+            raise TypeError(
+                f"{name_of(func)}: pass exactly one of `bucket_width` and `num_buckets`."
+            )
         n = len(self.lengths)
         lengths_t = torch.tensor(self.lengths, dtype=torch.int64)
         if bucket_width is not None:
@@ -113,22 +326,18 @@ class BucketBatchSampler(Sampler[list[int]]):
             self.buckets = lengths_t // width
         else:
             count = positive_int(func, "num_buckets", num_buckets)
-            rank = torch.empty(n, dtype=torch.int64)
-            rank[torch.argsort(lengths_t, stable=True)] = torch.arange(n)
-            self.buckets = rank * count // max(n, 1)
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.generator = generator
+            rank_of = torch.empty(n, dtype=torch.int64)
+            rank_of[torch.argsort(lengths_t, stable=True)] = torch.arange(n)
+            self.buckets = rank_of * count // max(n, 1)
 
     def __len__(self) -> int:
         n = len(self.lengths)
-        if self.drop_last:
-            return n // self.batch_size
-        return -(-n // self.batch_size)
+        batches = n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        world = self.num_replicas
+        return batches // world if self.drop_last else -(-batches // world)
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def _batches(self, generator: torch.Generator | None) -> list[list[int]]:
         n = len(self.lengths)
-        generator = _seeded(self.generator) if self.shuffle else None
         order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
         order = order[torch.argsort(self.buckets[order], stable=True)]
         batches = list(torch.split(order, self.batch_size)) if n else []
@@ -136,11 +345,11 @@ class BucketBatchSampler(Sampler[list[int]]):
             batches.pop()
         if generator is not None:
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
-        for batch in batches:
-            yield batch.tolist()
+        return [batch.tolist() for batch in batches]
 
 
-class TokenBudgetBatchSampler(Sampler[list[int]]):
+@public("data", namespace="ragged.data")
+class TokenBudgetBatchSampler(_EpochSampler):
     """Batches whose total length (the packed cost) stays within ``max_tokens``.
 
     Each epoch orders the samples (a random permutation, or index order without ``shuffle``),
@@ -155,6 +364,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     The number of batches depends on the epoch's order; ``len()`` plans the next epoch ahead and
     returns its exact batch count, and that plan is the one the next ``iter()`` yields.
 
+    Across ranks (``num_replicas > 1``) ``max_tokens`` bounds every rank's batch; the epoch's
+    batches are dealt in steps of batches of similar ``cost`` (module doc), so the ranks of a
+    step wait little for each other.
+
     Args:
         lengths: per-sample lengths (a sequence of ints or a 1-D integer tensor).
         max_tokens: the largest sum of lengths in a batch.
@@ -162,6 +375,15 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             ``1 - sum(L) / (n * max(L))``, in ``[0, 1)``.
         shuffle: shuffle the samples and the order of batches.
         generator: source of randomness; seed it for reproducible epochs.
+        seed: instead of ``generator``: epoch ``e`` shuffles with ``seed + e`` (as
+            ``DistributedSampler``). Default 0 when ``num_replicas > 1`` and no generator.
+        num_replicas: the number of ranks; default the process group's size if one is
+            initialised, else 1.
+        rank: this rank; default the process group's rank, else 0.
+        drop_last: across ranks, drop the batches of an incomplete final step instead of
+            repeating some of them.
+        cost: the cost of a batch from its lengths (default its tokens), e.g.
+            ``ragged.data.MicrobatchCost(a=1.0, b=1 / 12288)`` for attention's quadratic term.
 
     >>> from ragged.data import TokenBudgetBatchSampler
     >>> lengths = [5, 1, 4, 2, 9, 8, 3, 7]
@@ -169,6 +391,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     [[0, 1, 2], [3], [4], [5], [6, 7]]
     >>> list(TokenBudgetBatchSampler(lengths, 10, max_padding_waste=0.3, shuffle=False))
     [[1, 3], [6, 2], [0], [7], [5], [4]]
+    >>> ranks = [TokenBudgetBatchSampler(lengths, 10, seed=0, num_replicas=2, rank=r) for r in (0, 1)]
+    >>> [[sum(lengths[i] for i in batch) for batch in step] for step in zip(*ranks)]  # per step
+    [[9, 9], [3, 4], [9, 5]]
     """
 
     def __init__(
@@ -179,9 +404,24 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         max_padding_waste: float | None = None,
         shuffle: bool = True,
         generator: torch.Generator | None = None,
+        seed: int | None = None,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        drop_last: bool = False,
+        cost: Cost | None = None,
     ) -> None:
-        func = "ragged.data.TokenBudgetBatchSampler"
-        self.lengths = host_lengths(func, lengths)
+        func = TokenBudgetBatchSampler
+        super().__init__(
+            func,
+            lengths,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            generator=generator,
+            seed=seed,
+            num_replicas=num_replicas,
+            rank=rank,
+            cost=cost,
+        )
         self.max_tokens = positive_int(func, "max_tokens", max_tokens)
         if max_padding_waste is not None:
             if isinstance(max_padding_waste, bool) or not isinstance(
@@ -196,13 +436,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             if not 0 <= max_padding_waste < 1:
                 raise value_error(func, "max_padding_waste", "must be in [0, 1)", max_padding_waste)
         self.max_padding_waste = max_padding_waste
-        self.shuffle = shuffle
-        self.generator = generator
-        self._planned: list[list[int]] | None = None
 
-    def _plan(self) -> list[list[int]]:
+    def _batches(self, generator: torch.Generator | None) -> list[list[int]]:
         n = len(self.lengths)
-        generator = _seeded(self.generator) if self.shuffle else None
         order = (
             torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
         ).tolist()
@@ -229,13 +465,3 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if generator is not None:
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
         return batches
-
-    def __len__(self) -> int:
-        if self._planned is None:
-            self._planned = self._plan()
-        return len(self._planned)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        batches = self._planned if self._planned is not None else self._plan()
-        self._planned = None
-        yield from batches

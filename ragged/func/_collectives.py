@@ -24,7 +24,8 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from .._errors import value_error
+from .._errors import Func, value_error
+from .._registry import public
 
 
 @dataclasses.dataclass
@@ -52,7 +53,7 @@ def collective_pass(state: _Pass) -> Iterator[_Pass]:
         _ACTIVE.reset(token)
 
 
-def _collective(func: str, kind: str, x: Tensor, axis_name: str) -> Tensor:
+def _collective(func: Func, kind: str, x: Tensor, axis_name: str) -> Tensor:
     for state in reversed(_ACTIVE.get()):
         if state.axis_name == axis_name:
             break
@@ -82,6 +83,7 @@ def combine(kind: str, stacked: Tensor, num_segments: int) -> Tensor:
     return stacked.amin(0)
 
 
+@public("transforms")
 def psum(x: Tensor, axis_name: str) -> Tensor:
     """Sum of ``x`` over all segments of the enclosing ``ragged.vmap(..., axis_name=axis_name)``.
 
@@ -91,9 +93,10 @@ def psum(x: Tensor, axis_name: str) -> Tensor:
     >>> share(x)
     tensor([0.2000, 0.2000, 0.6000])
     """
-    return _collective("ragged.psum", "sum", x, axis_name)
+    return _collective(psum, "sum", x, axis_name)
 
 
+@public("transforms")
 def pmean(x: Tensor, axis_name: str) -> Tensor:
     """Mean of ``x`` over all segments of the enclosing named ``ragged.vmap``.
 
@@ -102,9 +105,10 @@ def pmean(x: Tensor, axis_name: str) -> Tensor:
     >>> ragged.vmap(lambda s: s.sum() - ragged.pmean(s.sum(), "seg"), axis_name="seg")(x)
     tensor([-2., -2.,  4.])
     """
-    return _collective("ragged.pmean", "mean", x, axis_name)
+    return _collective(pmean, "mean", x, axis_name)
 
 
+@public("transforms")
 def pmax(x: Tensor, axis_name: str) -> Tensor:
     """Elementwise maximum of ``x`` over all segments of the enclosing named ``ragged.vmap``.
 
@@ -113,9 +117,10 @@ def pmax(x: Tensor, axis_name: str) -> Tensor:
     >>> ragged.vmap(lambda s: ragged.pmax(s.max(), "seg") - s.max(), axis_name="seg")(x)
     tensor([3., 2., 0.])
     """
-    return _collective("ragged.pmax", "max", x, axis_name)
+    return _collective(pmax, "max", x, axis_name)
 
 
+@public("transforms")
 def pmin(x: Tensor, axis_name: str) -> Tensor:
     """Elementwise minimum of ``x`` over all segments of the enclosing named ``ragged.vmap``.
 
@@ -124,4 +129,4 @@ def pmin(x: Tensor, axis_name: str) -> Tensor:
     >>> ragged.vmap(lambda s: s.min() - ragged.pmin(s.min(), "seg"), axis_name="seg")(x)
     tensor([0., 2., 3.])
     """
-    return _collective("ragged.pmin", "min", x, axis_name)
+    return _collective(pmin, "min", x, axis_name)

@@ -7,7 +7,10 @@ from collections.abc import Iterator
 
 import torch.fx.experimental._config as fx_config
 
+from .._registry import public
 
+
+@public("transforms")
 @contextlib.contextmanager
 def dynamic_shapes() -> Iterator[None]:
     """Compile without 0/1 specialisation or duck-sized shape equalities.

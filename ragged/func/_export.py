@@ -22,8 +22,9 @@ import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._errors import type_error
+from .._errors import multi_level, type_error
 from .._partition import Partition, RowPartition
+from .._registry import public
 from ._compile import dynamic_shapes
 
 _SPEC_FILE = "ragged_calling_convention.json"
@@ -46,7 +47,7 @@ def _to_tensors(tree: Any) -> tuple[list[Tensor | Any], list[Any]]:
     for leaf in leaves:
         if isinstance(leaf, RaggedArray):
             if leaf.ragged_ndim != 1:
-                raise NotImplementedError("ragged.export: arrays with several ragged axes.")
+                raise multi_level(export, "args", leaf)
             flat += [leaf.values, leaf.offsets]
             kinds.append({"ragged": True, "axes": list(leaf.axes) if leaf.axes else None})
         else:
@@ -77,6 +78,7 @@ class _Flat(torch.nn.Module):
         return tuple(_to_tensors(leaves)[0])
 
 
+@public("transforms")
 @dataclasses.dataclass
 class RaggedExportedProgram:
     """An exported program with the ragged calling convention around it.
@@ -102,7 +104,7 @@ class RaggedExportedProgram:
         return pytree.tree_unflatten(_from_tensors(list(outputs), self.out_kinds), self.out_spec)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save with ``torch.export.save``; load with :func:`ragged.load_exported`."""
+        """Save with ``torch.export.save``; load with [`ragged.load_exported`][ragged.load_exported]."""
         convention = {
             "in_spec": pytree.treespec_dumps(self.in_spec),
             "in_kinds": self.in_kinds,
@@ -112,11 +114,12 @@ class RaggedExportedProgram:
         torch.export.save(self.program, path, extra_files={_SPEC_FILE: json.dumps(convention)})
 
 
+@public("transforms")
 def export(model: Callable[..., Any], args: tuple[Any, ...]) -> RaggedExportedProgram:
     """Export ``model`` for RaggedArray inputs of any batch size, total and maximum length.
 
     Every RaggedArray argument becomes two graph inputs (values and offsets) with dynamic
-    sizes; the model is traced under :func:`ragged.dynamic_shapes` (no 0/1 specialisation).
+    sizes; the model is traced under [`ragged.dynamic_shapes`][ragged.dynamic_shapes] (no 0/1 specialisation).
     RaggedArrays in the output come back rebuilt from their values and offsets. Only one ragged
     axis per array is supported, and ops in the model must not need a host-side maximum length
     unless the model passes one explicitly (partitions rebuilt in the graph do not know it).
@@ -126,7 +129,7 @@ def export(model: Callable[..., Any], args: tuple[Any, ...]) -> RaggedExportedPr
         args: example arguments (a tuple).
 
     Returns:
-        A :class:`RaggedExportedProgram`, callable on RaggedArrays, savable.
+        A [`RaggedExportedProgram`][ragged.RaggedExportedProgram], callable on RaggedArrays, savable.
 
     >>> import ragged, torch
     >>> model = torch.nn.Linear(4, 2)
@@ -138,7 +141,7 @@ def export(model: Callable[..., Any], args: tuple[Any, ...]) -> RaggedExportedPr
     """
     if not isinstance(args, tuple):
         raise type_error(
-            "ragged.export", "args", "must be a tuple of example arguments", type(args).__name__
+            export, "args", "must be a tuple of example arguments", type(args).__name__
         )
     leaves, in_spec = pytree.tree_flatten(args, is_leaf=_is_ragged)
     flat, in_kinds = _to_tensors(leaves)
@@ -157,8 +160,9 @@ def export(model: Callable[..., Any], args: tuple[Any, ...]) -> RaggedExportedPr
     return RaggedExportedProgram(program, in_spec, in_kinds, out_spec, out_kinds)
 
 
+@public("transforms")
 def load_exported(path: str | os.PathLike[str]) -> RaggedExportedProgram:
-    """Load a program saved with :meth:`RaggedExportedProgram.save`.
+    """Load a program saved with [`RaggedExportedProgram.save`][ragged.RaggedExportedProgram.save].
 
     >>> import io, ragged, torch
     >>> program = ragged.export(lambda x: x * 2, (ragged.from_lengths(torch.ones(3), [1, 2]),))

@@ -11,8 +11,10 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._errors import type_error, value_error
+from .._registry import public
 
 
+@public("transforms")
 def reduce(
     f: Callable[[Tensor, Tensor], Tensor], x: RaggedArray, axis: int | str = 1, *, initial: Any
 ) -> Tensor:
@@ -47,7 +49,7 @@ def reduce(
     tensor([[[1., 3.],
              [0., 1.]]])
     """
-    func = "ragged.reduce"
+    func = reduce
     if not callable(f):
         raise type_error(func, "f", "must be callable", type(f).__name__)
     if not isinstance(x, RaggedArray):

@@ -17,52 +17,29 @@ import dataclasses
 import functools
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .._array import RaggedArray
+from .._axes import transformed
 from .._broadcast import same_partition
-from .._errors import type_error, value_error
+from .._errors import multi_level, name_of, type_error, typename, value_error
 from .._partition import Partition
+from .._registry import public
 from ._collectives import _Pass, collective_pass, combine
+from ._prefix import names_leaf, prefix_leaves
 
-_FUNC = "ragged.vmap"
 
-
+@public("transforms")
 class RaggedVmapFallbackWarning(UserWarning):
     """``ragged.vmap(method="auto")`` could not vmap ``f`` and fell back to a loop."""
 
 
 def _is_ragged(node: Any) -> bool:
     return isinstance(node, RaggedArray)
-
-
-def _count_leaves(tree: Any) -> int:
-    return len(pytree.tree_leaves(tree, is_leaf=_is_ragged))
-
-
-def prefix_leaves(param: str, prefix: Any, tree: Any) -> list[Any]:
-    """Broadcast a JAX-style pytree prefix (ints/None/bools at its leaves) over ``tree``."""
-    if prefix is None or isinstance(prefix, (int, bool)):
-        return [prefix] * _count_leaves(tree)
-    if isinstance(prefix, (tuple, list)) and isinstance(tree, (tuple, list)):
-        if len(prefix) != len(tree):
-            raise value_error(
-                _FUNC, param, f"must have {len(tree)} entries to match", f"{len(prefix)}"
-            )
-        return [
-            leaf for p, t in zip(prefix, tree, strict=True) for leaf in prefix_leaves(param, p, t)
-        ]
-    if isinstance(prefix, dict) and isinstance(tree, dict):
-        if set(prefix) != set(tree):
-            raise value_error(_FUNC, param, f"must have the keys {sorted(tree)}", sorted(prefix))
-        return [leaf for key in tree for leaf in prefix_leaves(param, prefix[key], tree[key])]
-    raise type_error(
-        _FUNC, param, "must be an int, None or a pytree prefix of the arguments", repr(prefix)
-    )
 
 
 @dataclasses.dataclass
@@ -95,6 +72,7 @@ def _buckets(partition: Partition, skip_empty: bool) -> list[_Bucket]:
     return out
 
 
+@public("transforms")
 def vmap(
     f: Callable[..., Any],
     in_axes: Any = 0,
@@ -105,6 +83,7 @@ def vmap(
     fill_empty: float | None = None,
     method: str = "auto",
     randomness: str = "error",
+    axes: Any = "keep",
 ) -> Callable[..., Any]:
     """Map ``f`` over segments: ``f`` sees segment ``b`` as a dense ``(L_b, *inner)`` tensor.
 
@@ -115,8 +94,8 @@ def vmap(
             which must have size ``B``), an int ``k`` maps a dense tensor along dim ``k``,
             ``None`` passes the argument unchanged to every call.
         out_axes: where the segment axis goes in each dense output (ragged outputs: 0 only).
-        axis_name: name the mapped axis so that ``f`` may call :func:`ragged.psum`,
-            :func:`ragged.pmean`, :func:`ragged.pmax`, :func:`ragged.pmin` across segments
+        axis_name: name the mapped axis so that ``f`` may call [`ragged.psum`][ragged.psum],
+            [`ragged.pmean`][ragged.pmean], [`ragged.pmax`][ragged.pmax], [`ragged.pmin`][ragged.pmin] across segments
             (``k`` collectives cost ``k + 1`` evaluations of ``f``).
         out_ragged: pytree prefix of bools over the outputs forcing ragged (``True``) or dense
             (``False``) results; see the output rule below.
@@ -125,8 +104,13 @@ def vmap(
         method: ``"vmap"`` (per-length ``torch.func.vmap``), ``"loop"`` (a Python loop over
             segments, for ``f`` that cannot be vmapped: data-dependent control flow, ``.item()``),
             or ``"auto"``: vmap, falling back to the loop with a
-            :class:`RaggedVmapFallbackWarning`.
+            [`RaggedVmapFallbackWarning`][ragged.RaggedVmapFallbackWarning].
         randomness: passed to ``torch.func.vmap`` (``"error"``, ``"different"``, ``"same"``).
+        axes: axis names of the ragged outputs, a pytree prefix of ``f``'s output (names, or
+            ``None``, or ``"keep"`` per output). By default (``"keep"``) a ragged output with as
+            many axes as the first mapped RaggedArray keeps its names; when ``f`` changes the
+            number of axes of a named array, give that output's names (or ``None``): names
+            are never dropped silently. Dense outputs are unnamed, as every dense result.
 
     Output rule: an output whose leading size is the segment length ``L_b`` for every segment
     becomes a RaggedArray with the input's partition (rows in segment order); an output whose
@@ -134,7 +118,11 @@ def vmap(
     ``out_axes``); anything else (e.g. ``(L_b, L_b)``) is an error. When the batch cannot tell
     (every segment has the same length ``L`` and an output has leading size ``L``), ``f`` is
     called once more on one segment shortened by a row to see whether that size follows the
-    length; ``out_ragged`` decides without the probe.
+    length; ``out_ragged`` decides without the probe. With no segment to call ``f`` on (zero
+    segments, or only empty ones and ``fill_empty``), ``f`` runs once on a probe segment to learn
+    the outputs' shapes: zero rows, or one row of zeros when ``f`` rejects empty segments (or
+    with ``fill_empty``). Outputs whose leading size is the probe's length come back ragged and
+    empty, the others dense with ``B`` entries.
 
     Returns:
         The mapped function.
@@ -148,16 +136,18 @@ def vmap(
     >>> w = torch.tensor([10.0, 20.0, 30.0])
     >>> ragged.vmap(lambda s, wb: s.sum() * wb)(x, w)          # dense per-segment argument
     tensor([ 60.,  80., 540.])
+    >>> ragged.vmap(lambda s: s.max())(x[:0])                  # no segments: f runs on a probe
+    tensor([])
     """
     if not callable(f):
-        raise type_error(_FUNC, "f", "must be callable", type(f).__name__)
+        raise type_error(vmap, "f", "must be callable", type(f).__name__)
     if method not in ("auto", "vmap", "loop"):
-        raise value_error(_FUNC, "method", "must be 'auto', 'vmap' or 'loop'", repr(method))
+        raise value_error(vmap, "method", "must be 'auto', 'vmap' or 'loop'", repr(method))
 
     @functools.wraps(f)
     def mapped(*args: Any) -> Any:
         return _Call(
-            f, args, in_axes, out_axes, axis_name, out_ragged, fill_empty, method, randomness
+            f, args, in_axes, out_axes, axis_name, out_ragged, fill_empty, method, randomness, axes
         ).run()
 
     return mapped
@@ -177,12 +167,14 @@ class _Call:
         fill_empty: float | None,
         method: str,
         randomness: str,
+        names: Any,
     ) -> None:
         self.f, self.out_axes, self.axis_name = f, out_axes, axis_name
+        self.names = names
         self.out_ragged, self.fill_empty = out_ragged, fill_empty
         self.method, self.randomness = method, randomness
         self.leaves, self.spec = pytree.tree_flatten(args, is_leaf=_is_ragged)
-        self.axes = axes = prefix_leaves("in_axes", in_axes, args)
+        self.axes = axes = prefix_leaves(vmap, "in_axes", in_axes, args)
         self.partition = self._partition()
         for i, (leaf, axis) in enumerate(zip(self.leaves, axes, strict=True)):
             if isinstance(leaf, Tensor) and axis is not None and axis != 0:
@@ -190,35 +182,37 @@ class _Call:
 
     def _partition(self) -> Partition:
         first: RaggedArray | None = None
+        self.first: RaggedArray
         for leaf, axis in zip(self.leaves, self.axes, strict=True):
             if axis is None:
                 continue
             if isinstance(leaf, RaggedArray):
                 if axis != 0:
-                    raise value_error(_FUNC, "in_axes", "must be 0 or None for a RaggedArray", axis)
+                    raise value_error(vmap, "in_axes", "must be 0 or None for a RaggedArray", axis)
                 if first is None:
                     first = leaf
                 elif leaf.partition is not first.partition:
-                    same_partition(_FUNC, first, leaf)
+                    same_partition(vmap, first, leaf)
             elif not isinstance(leaf, Tensor):
                 raise type_error(
-                    _FUNC,
+                    vmap,
                     "in_axes",
                     "can map only RaggedArrays and tensors (use None)",
                     type(leaf).__name__,
                 )
         if first is None:
             raise value_error(
-                _FUNC, "args", "must include a RaggedArray mapped with in_axes=0", "none"
+                vmap, "args", "must include a RaggedArray mapped with in_axes=0", "none"
             )
         if first.ragged_ndim != 1:
-            raise NotImplementedError(f"{_FUNC}: arrays with several ragged axes.")
+            raise multi_level(vmap, "args", first)
+        self.first = first
         for leaf, axis in zip(self.leaves, self.axes, strict=True):
             if isinstance(leaf, Tensor) and axis is not None:
                 size = leaf.shape[axis] if leaf.dim() > axis else None
                 if size != first.num_segments:
                     raise value_error(
-                        _FUNC,
+                        vmap,
                         "args",
                         f"mapped tensors must have {first.num_segments} entries (B) on their mapped dim",
                         f"shape {tuple(leaf.shape)}",
@@ -269,33 +263,27 @@ class _Call:
                 if self.method == "vmap":
                     raise
                 warnings.warn(
-                    f"{_FUNC}: f could not be vmapped ({type(error).__name__}: {error}); running "
+                    f"{name_of(vmap)}: f could not be vmapped ({type(error).__name__}: {error}); running "
                     "a Python loop over segments instead (pass method='loop' to silence this).",
                     RaggedVmapFallbackWarning,
                     stacklevel=4,
                 )
                 self.method = "loop"
         results = [call(*(t[i] for t in inputs)) for i in range(bucket.segments.shape[0])]
-        if not results:
-            raise value_error(
-                _FUNC, "args", "must have at least one segment to call f on", "0 segments"
-            )
         stacked = pytree.tree_map(lambda *ts: torch.stack(ts), *[r for r in results])
         return stacked[0], stacked[1], list(state.kinds)
 
     def run(self) -> Any:
         buckets = _buckets(self.partition, skip_empty=self.fill_empty is not None)
         if not buckets:
-            raise value_error(
-                _FUNC, "args", "must have at least one segment to call f on", "0 segments"
-            )
+            return self._without_segments()
         known: list[Tensor] = []
         while True:
             results = [self._run_bucket(bucket, known) for bucket in buckets]
             kinds = results[0][2]
             if any(r[2] != kinds for r in results):
                 raise RuntimeError(
-                    f"{_FUNC}: f called different collectives for different segment lengths."
+                    f"{name_of(vmap)}: f called different collectives for different segment lengths."
                 )
             if len(kinds) <= len(known):
                 break
@@ -307,6 +295,73 @@ class _Call:
         self.known = known
         return self._assemble(buckets, [r[0] for r in results])
 
+    def _without_segments(self) -> Any:
+        """No segment to call ``f`` on: zero segments, or only empty ones with ``fill_empty``.
+
+        ``f`` runs once on a probe segment to learn its outputs' structure, dtypes and shapes:
+        a segment of zero rows, or of one row of zeros if ``f`` rejects that or ``fill_empty``
+        is given (its ``f`` need not take empty segments); mapped dense arguments give one
+        entry of zeros. An output whose
+        leading size is the probe's length is ragged (the input's partition, no rows), any other
+        is dense with ``B`` entries (``fill_empty``, or none when ``B = 0``); ``out_ragged``
+        decides instead when given. Collectives return placeholders during the probe.
+        """
+        failure: Exception | None = None
+        for length in (0, 1) if self.fill_empty is None else (1,):
+            try:
+                out = self._probe(length)
+                break
+            except Exception as error:
+                failure = failure or error
+        else:
+            raise ValueError(
+                f"{name_of(vmap)}: there is no segment to call f on, and f failed on the probe "
+                f"segment that finds its outputs' shapes ({type(failure).__name__}: {failure})."
+            ) from failure
+        leaves, spec = pytree.tree_flatten(out)
+        template = pytree.tree_unflatten([0] * len(leaves), spec)
+        forced = prefix_leaves(vmap, "out_ragged", self.out_ragged, template)
+        out_axes = prefix_leaves(vmap, "out_axes", self.out_axes, template)
+        names = prefix_leaves(vmap, "axes", self.names, template, names_leaf)
+        num = self.partition.num_segments
+        results: list[Any] = []
+        for leaf, force, out_axis, names_spec in zip(leaves, forced, out_axes, names, strict=True):
+            if not isinstance(leaf, Tensor):
+                raise type_error(vmap, "f", "must return a pytree of tensors", typename(leaf))
+            fits = leaf.dim() >= 1 and leaf.shape[0] == length
+            if fits if force is None else bool(force):
+                if not fits:
+                    raise value_error(
+                        vmap,
+                        "out_ragged",
+                        "must be False for an output without leading size L",
+                        f"shape {tuple(leaf.shape)} for L = {length}",
+                    )
+                if out_axis not in (0, None):
+                    raise value_error(vmap, "out_axes", "must be 0 for a ragged output", out_axis)
+                first = self.first
+                axes = transformed(vmap, first.axes, first.ndim, leaf.dim() + 1, names_spec)
+                results.append(RaggedArray(leaf[:0], self.partition, axes))
+                continue
+            if num == 0:  # a slice of the probe's output: empty, and connected to its graph
+                dense = leaf.unsqueeze(0)[:0]
+            else:
+                dense = leaf.new_full((num, *leaf.shape), cast(float, self.fill_empty))
+            results.append(dense if out_axis in (0, None) else dense.movedim(0, out_axis))
+        return pytree.tree_unflatten(results, spec)
+
+    def _probe(self, length: int) -> Any:
+        """``f``'s output on a segment of ``length`` rows of zeros (dense arguments: zeros)."""
+        inputs = []
+        for leaf, axis in zip(self.leaves, self.axes, strict=True):
+            if axis is None:
+                continue
+            if isinstance(leaf, RaggedArray):
+                inputs.append(leaf.values.new_zeros((length, *leaf.values.shape[1:])))
+            else:
+                inputs.append(leaf.new_zeros(leaf.shape[1:]))
+        return self._call_one(_Pass(self.axis_name or "", []))(*inputs)[0]
+
     # --- putting the outputs back in segment order ------------------------------------------
 
     def _assemble(self, buckets: list[_Bucket], outputs: list[Any]) -> Any:
@@ -314,17 +369,18 @@ class _Call:
         spec = flat[0][1]
         if any(s != spec for _, s in flat):
             raise ValueError(
-                f"{_FUNC}: f returned different structures for different segment lengths."
+                f"{name_of(vmap)}: f returned different structures for different segment lengths."
             )
         columns = list(zip(*[leaves for leaves, _ in flat], strict=True))
         template = pytree.tree_unflatten([0] * len(columns), spec)
-        forced = prefix_leaves("out_ragged", self.out_ragged, template)
-        out_axes = prefix_leaves("out_axes", self.out_axes, template)
+        forced = prefix_leaves(vmap, "out_ragged", self.out_ragged, template)
+        out_axes = prefix_leaves(vmap, "out_axes", self.out_axes, template)
+        names = prefix_leaves(vmap, "axes", self.names, template, names_leaf)
         row_order = torch.cat([b.rows for b in buckets])
         segment_order = torch.cat([b.segments for b in buckets])
         assembled = [
             self._assemble_leaf(
-                k, column, buckets, forced[k], out_axes[k], row_order, segment_order
+                k, column, buckets, forced[k], out_axes[k], names[k], row_order, segment_order
             )
             for k, column in enumerate(columns)
         ]
@@ -351,6 +407,7 @@ class _Call:
         buckets: list[_Bucket],
         force: bool | None,
         out_axis: int | None,
+        names_spec: Any,
         row_order: Tensor,
         segment_order: Tensor,
     ) -> Any:
@@ -366,17 +423,20 @@ class _Call:
         if (ragged and not ragged_fits) or (not ragged and not dense_fits):
             found = {b.length: s for b, s in zip(buckets, shapes, strict=True)}
             raise ValueError(
-                f"{_FUNC}: output {k} has per-segment shapes {found} (by segment length): it must "
+                f"{name_of(vmap)}: output {k} has per-segment shapes {found} (by segment length): it must "
                 f"have leading size L (ragged) or one shape for every segment (dense)."
             )
         if ragged:
             if out_axis not in (0, None):
-                raise value_error(_FUNC, "out_axes", "must be 0 for a ragged output", out_axis)
+                raise value_error(vmap, "out_axes", "must be 0 for a ragged output", out_axis)
             rows = torch.cat([t.reshape(-1, *t.shape[2:]) for t in column])
             inverse = torch.empty_like(row_order).scatter_(
                 0, row_order, torch.arange(row_order.shape[0], device=row_order.device)
             )
-            return RaggedArray(rows.index_select(0, inverse), self.partition, None)
+            values = rows.index_select(0, inverse)
+            first = self.first
+            names = transformed(vmap, first.axes, first.ndim, values.dim() + 1, names_spec)
+            return RaggedArray(values, self.partition, names)
         stacked = torch.cat(list(column))
         num = self.partition.num_segments
         if self.fill_empty is not None and segment_order.shape[0] != num:

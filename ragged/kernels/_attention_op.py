@@ -11,7 +11,7 @@ The op reads the segment lengths from memory when it runs, to plan its buckets: 
 a memory read, not a device synchronisation. The plan is cached per lengths tensor (the
 partition's, passed to every layer of a model), so an encoder plans once per batch. On other
 devices ``ragged.attention`` compiles the sync-free tiled formulation instead
-(``_attention_tiles.py``), as it does everywhere when :data:`ragged.ops._attention.TILES_UNDER_COMPILE`
+(``_attention_tiles.py``), as it does everywhere when ``ragged.ops._attention.TILES_UNDER_COMPILE``
 is set.
 """
 
@@ -24,14 +24,15 @@ import torch
 from torch import Tensor
 
 from . import _attention_buckets as buckets
+from . import _attention_plan as planner
 
 # Plans by (id of q's lengths tensor, id of k's, head width): tensors compare elementwise, so they
 # cannot key a WeakKeyDictionary; the entry keeps weak references to check identity and is
 # dropped when either tensor dies.
-_PLANS: dict[tuple[int, int, int], tuple[Any, Any, buckets.Plan]] = {}
+_PLANS: dict[tuple[int, int, int], tuple[Any, Any, planner.Plan]] = {}
 
 
-def _plan(q_lengths: Tensor, k_lengths: Tensor, head_numel: int) -> buckets.Plan:
+def _plan(q_lengths: Tensor, k_lengths: Tensor, head_numel: int) -> planner.Plan:
     """The plan for these lengths tensors (cached per tensor object; read once)."""
     key = (id(q_lengths), id(k_lengths), head_numel)
     entry = _PLANS.get(key)
@@ -39,7 +40,7 @@ def _plan(q_lengths: Tensor, k_lengths: Tensor, head_numel: int) -> buckets.Plan
         return entry[2]
     lq = q_lengths.tolist()
     lk = lq if k_lengths is q_lengths else k_lengths.tolist()
-    found = buckets.build_plan(lq, lk, head_numel)
+    found = planner.build_plan(lq, lk, head_numel)
     _PLANS[key] = (weakref.ref(q_lengths), weakref.ref(k_lengths), found)
     for tensor in {id(q_lengths): q_lengths, id(k_lengths): k_lengths}.values():
         weakref.finalize(tensor, _PLANS.pop, key, None)

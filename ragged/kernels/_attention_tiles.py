@@ -9,7 +9,7 @@ query rows are dropped. Memory is ``O(sum_b L_b^2 + block * (T + B))``, never
 ``O(B * Lmax^2)``.
 
 Every size is static: the numbers of blocks and tiles are upper bounds computed from sizes that
-a partition knows without reading the device (see :class:`Geometry`), and the slack tiles are
+a partition knows without reading the device (see ``Geometry``), and the slack tiles are
 masked out. So under ``torch.compile(dynamic=True)`` this is one graph with no data-dependent
 size, and every ``torch.func`` transform works on it (it is made of ``matmul``,
 ``index_select``, ``index_add``, ``scatter_reduce`` and elementwise ops).

@@ -13,7 +13,7 @@ and contiguous in ``values``. Products over those blocks (``x_b @ y_b^T``, the t
 * **compiled: static tiles** (``torch.compiler.is_compiling()``): sizes must not depend on the
   data, so each segment's block is cut into ``T x T`` tiles of a fixed size ``T``. The number of
   tiles ``sum ceil(N_b/T) ceil(M_b/T)`` is data-dependent, but bounded by a static expression of
-  the number of pairs, rows and segments (:class:`PairTiles`); tiles past the used ones are
+  the number of pairs, rows and segments (``PairTiles``); tiles past the used ones are
   masked. One graph serves every batch.
 
 Both paths are compositions of differentiable torch ops (or, for the compiled triangle product,
@@ -157,7 +157,7 @@ class PairTiles:
         count: the number of tiles (the static bound).
         i, j: ``[count, size]`` row and column index within the segment of each tile position.
         valid_i, valid_j: ``[count, size]`` whether that row / column exists.
-        row_strip, col_strip: ``[count]`` the :class:`RowStrips` index of each tile's rows and
+        row_strip, col_strip: ``[count]`` the ``RowStrips`` index of each tile's rows and
             of its columns.
         row_start, col_start: ``[count]`` the segment's first row in a one-level operand over
             ``rows`` / ``columns``.
@@ -253,7 +253,7 @@ class PairTiles:
 class RowStrips:
     """Segment-aligned strips of ``size`` rows of a square pair map: strip ``r`` holds rows
     ``I * size .. I * size + size - 1`` of one segment (all its columns). Numbered segment after
-    segment, as :class:`PairTiles` numbers the tiles' row and column strips; the count is the
+    segment, as ``PairTiles`` numbers the tiles' row and column strips; the count is the
     static bound ``min(rows, (rows + B * (size - 1)) // size)``.
     """
 
@@ -349,7 +349,7 @@ def tiled_block_matmul(
     tx: bool,
     ty: bool,
 ) -> Tensor:
-    """The static-shape kernel of :func:`block_matmul`: ``bound`` is at least every length."""
+    """The static-shape kernel of ``block_matmul``: ``bound`` is at least every length."""
     pairs = x.shape[0]
     xc, yc = _channels(x), _channels(y)
     tiles = PairTiles(lengths, offsets, rows, lengths, offsets, rows, pairs, _TILE)

@@ -1,7 +1,7 @@
 """Kernels of the segmented scans: monoids, the block layout, block prefixes, and the eager
 fast path (an ``autograd.Function`` over the native streaming scans of
 ``ragged.kernels._native``, with in-place torch kernels where those cannot run). The public ops
-and the design are in ``ragged.ops._scan``."""
+and the design are in ``ragged.ops._scans``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._dtypes import highest, lowest
 from .._partition import RowPartition
 from . import _native as native
 from ._segment import use_fast_path
@@ -24,18 +25,6 @@ MAX_BLOCK = 32
 
 
 # --- monoids ----------------------------------------------------------------------------------
-
-
-def _lowest(dtype: torch.dtype) -> Any:
-    if dtype == torch.bool:
-        return False
-    return -math.inf if dtype.is_floating_point else torch.iinfo(dtype).min
-
-
-def _highest(dtype: torch.dtype) -> Any:
-    if dtype == torch.bool:
-        return True
-    return math.inf if dtype.is_floating_point else torch.iinfo(dtype).max
 
 
 def _accumulating(dtype: torch.dtype) -> torch.dtype:
@@ -91,8 +80,8 @@ PROD = Monoid(
     name="prod",
     in_place=False,
 )
-MAX = Monoid(lambda v, d: torch.cummax(v, d).values, torch.maximum, _lowest, 0, name="max")
-MIN = Monoid(lambda v, d: torch.cummin(v, d).values, torch.minimum, _highest, 0, name="min")
+MAX = Monoid(lambda v, d: torch.cummax(v, d).values, torch.maximum, lowest, 0, name="max")
+MIN = Monoid(lambda v, d: torch.cummin(v, d).values, torch.minimum, highest, 0, name="min")
 LOGSUMEXP = Monoid(
     torch.logcumsumexp,
     torch.logaddexp,
@@ -179,7 +168,7 @@ class Layout:
 
 
 def block_size(rows: Any, num: Any) -> int:
-    """``K``: the largest power of two up to the mean length (1..32); :data:`BLOCK` when compiling.
+    """``K``: the largest power of two up to the mean length (1..32); ``BLOCK`` when compiling.
 
     Under ``torch.compile`` sizes are symbolic: any decision taken on them here would become a
     guard (a recompilation when it flips), so the compiled scan takes none.
@@ -334,7 +323,7 @@ def segmented_scan(m: Monoid, values: Tensor, lay: Layout, *, exclusive: bool) -
 
 
 def scan_in_place(m: Monoid, values: Tensor, lay: Layout, *, exclusive: bool) -> Tensor:
-    """The same scan as :func:`segmented_scan` with two large allocations (buffer and output).
+    """The same scan as ``segmented_scan`` with two large allocations (buffer and output).
 
     For plain tensors outside autograd (the bodies of the autograd Functions below): every step
     updates the buffer in place, so no large temporary is made. Unused slots are left

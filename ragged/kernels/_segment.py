@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .._dtypes import highest, lowest
 from . import _native as native
 
 _FAST_MIN_NUMEL = 1 << 18  # below this the composite path is faster (fixed overheads dominate)
@@ -249,15 +250,6 @@ def _extreme(values: Tensor, segments: Segments, fill: Any, largest: bool) -> Te
     return out.scatter_reduce(0, _expand_ids(segments.ids, values), values, how, include_self=False)
 
 
-def _extreme_value(dtype: torch.dtype, largest: bool) -> float | int | bool:
-    """The identity of max (``largest``) or min: the dtype's lowest or highest value."""
-    if dtype == torch.bool:
-        return not largest
-    if dtype.is_floating_point:
-        return float("-inf") if largest else float("inf")
-    return torch.iinfo(dtype).min if largest else torch.iinfo(dtype).max
-
-
 class _SegmentExtreme(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -271,7 +263,8 @@ class _SegmentExtreme(torch.autograd.Function):
         if _native_rows(values, offsets):
             assert offsets is not None
             return native.segment_extreme(values, offsets, float(fill), largest)
-        out = _fill_tensor(values, counts.shape[0], _extreme_value(values.dtype, largest))
+        identity = lowest(values.dtype) if largest else highest(values.dtype)
+        out = _fill_tensor(values, counts.shape[0], identity)
         how = "amax" if largest else "amin"
         for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
             chunk = values[part]

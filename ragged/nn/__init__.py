@@ -2,8 +2,8 @@
 
 The modules mirror their ``torch.nn`` counterparts (parameter names, shapes and initialisation),
 so weights load from and into them with ``load_state_dict``; row-wise parts (linear layers,
-feed-forward blocks, normalisation) run on the packed values through :func:`ragged.map`, and
-attention runs within each segment through :func:`ragged.attention`.
+feed-forward blocks, normalisation) run on the packed values through [`ragged.map`][ragged.map], and
+attention runs within each segment through [`ragged.attention`][ragged.attention].
 
 >>> import ragged, torch
 >>> layer = ragged.nn.RaggedTransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0)

@@ -10,10 +10,12 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._errors import type_error, typename, value_error
+from .._registry import public
 from ..func._map import map as ragged_map
 from ..ops._attention import attention
 
 
+@public("nn", namespace="ragged.nn")
 class RaggedMultiheadAttention(torch.nn.Module):
     """Multi-head self-attention over RaggedArrays ``(B, L*, E)``: each segment attends to
     itself only.
@@ -22,7 +24,7 @@ class RaggedMultiheadAttention(torch.nn.Module):
     (``in_proj_weight [3E, E]``, ``in_proj_bias [3E]``, ``out_proj``), initialised the same way,
     so a state dict loads either way. There is no ``batch_first`` and no masks: the partition
     says which rows belong together. The projections run once on the packed rows
-    (:func:`ragged.map`); attention is :func:`ragged.attention`.
+    ([`ragged.map`][ragged.map]); attention is [`ragged.attention`][ragged.attention].
 
     Args:
         embed_dim: ``E``, the size of each row.
@@ -84,7 +86,7 @@ class RaggedMultiheadAttention(torch.nn.Module):
         Args:
             x: the rows, ``(B, L*, E)``.
             pair_bias: optional additive bias ``(B, L*, L*, num_heads)`` on the scores (see
-                :func:`ragged.attention`; e.g. relative positions, or ``-inf`` to mask pairs).
+                [`ragged.attention`][ragged.attention]; e.g. relative positions, or ``-inf`` to mask pairs).
             causal: row ``i`` attends to rows ``j <= i`` of its segment only.
 
         Returns:

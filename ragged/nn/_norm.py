@@ -9,9 +9,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._array import RaggedArray
+from .._registry import public
 from ..func._map import map as ragged_map
 
 
+@public("nn", namespace="ragged.nn")
 class RaggedLayerNorm(torch.nn.LayerNorm):
     """``torch.nn.LayerNorm`` that also takes RaggedArrays ``(B, L*, *normalized_shape)``.
 

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._errors import value_error
+from .._registry import public
 from ..func._map import map as ragged_map
 from ._attention import RaggedMultiheadAttention
 from ._norm import RaggedLayerNorm
@@ -20,6 +21,7 @@ from ._norm import RaggedLayerNorm
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
 
+@public("nn", namespace="ragged.nn")
 class RaggedTransformerEncoderLayer(torch.nn.Module):
     """``torch.nn.TransformerEncoderLayer`` on RaggedArrays ``(B, L*, d_model)``.
 
@@ -92,7 +94,7 @@ class RaggedTransformerEncoderLayer(torch.nn.Module):
         self, src: RaggedArray, pair_bias: RaggedArray | None = None, *, causal: bool = False
     ) -> RaggedArray:
         """Encode ``src`` ``(B, L*, d_model)``; ``pair_bias`` ``(B, L*, L*, nhead)`` is added to
-        the attention scores (see :func:`ragged.attention`)."""
+        the attention scores (see [`ragged.attention`][ragged.attention])."""
         x = src
         if self.norm_first:
             x = x + self._attention_block(self.norm1(x), pair_bias, causal)
@@ -120,13 +122,14 @@ class RaggedTransformerEncoderLayer(torch.nn.Module):
         return self.dropout2(self.linear2(hidden))
 
 
+@public("nn", namespace="ragged.nn")
 class RaggedTransformerEncoder(torch.nn.Module):
     """A stack of ``num_layers`` copies of an encoder layer, like ``nn.TransformerEncoder``.
 
     Args:
-        encoder_layer: the layer to copy (a :class:`RaggedTransformerEncoderLayer`).
+        encoder_layer: the layer to copy (a [`RaggedTransformerEncoderLayer`][ragged.nn.RaggedTransformerEncoderLayer]).
         num_layers: how many copies (independent parameters).
-        norm: optional final normalisation (e.g. a :class:`RaggedLayerNorm`).
+        norm: optional final normalisation (e.g. a [`RaggedLayerNorm`][ragged.nn.RaggedLayerNorm]).
 
     >>> import ragged, torch
     >>> layer = ragged.nn.RaggedTransformerEncoderLayer(8, 2, dim_feedforward=16)

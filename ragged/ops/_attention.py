@@ -4,20 +4,26 @@ Axis rule: **keep all** for the queries: the output has the shape and the partit
 ``q`` (with ``v``'s head width). Every segment attends over its own keys only; nothing is padded
 to the longest segment.
 
-Two implementations with one semantics (the reference is
+Three implementations with one semantics (the reference is
 ``F.scaled_dot_product_attention`` on each segment, transposed to ``(H, L, Dh)``):
 
-* eager (``ragged/kernels/_attention_buckets.py``): segments grouped into length buckets, one call
-  of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host once per
-  partition object (cached, weakly) to plan the buckets. Under ``torch.compile`` on CPU the same
-  kernel runs as an opaque custom op (``_attention_op.py``): one graph across batches with
-  static shapes; it reads the lengths from memory when it runs.
-* on other devices under ``torch.compile``, with :data:`TILES_UNDER_COMPILE`, or with dropout
-  (``ragged/kernels/_attention_tiles.py``): block tiles of each segment, batched matmuls and segment
-  softmax, with static sizes only. No host read: one graph across batches under
-  ``torch.compile(dynamic=True)``.
+* on CUDA (``ragged/kernels/_attention_varlen.py``): torch's variable-length flash or
+  memory-efficient kernel, with the offsets as cumulative sequence lengths and the partitions'
+  static maximum lengths: no padding, no buckets, no host read. Taken when the dtype, head sizes
+  and settings allow (no pair bias, maximum lengths known, no ``torch.func`` transform); see that
+  module for the rules.
+* eager on CPU (``ragged/kernels/_attention_buckets.py``): segments grouped into length buckets,
+  one call of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host
+  once per partition object (cached, weakly). Under ``torch.compile`` on CPU the same kernel runs
+  as an opaque custom op (``_attention_op.py``): one graph across batches with static shapes; it
+  reads the lengths from memory when it runs.
+* otherwise (``ragged/kernels/_attention_tiles.py``): block tiles of each segment, batched
+  matmuls and segment softmax, with static sizes only: on other devices (eager or compiled),
+  with ``TILES_UNDER_COMPILE``, or with dropout on CPU. No host read when the partitions
+  bound the tiles statically (always but for cross-attention without a bias whose maximum
+  lengths are unknown): one graph across batches under ``torch.compile(dynamic=True)``.
 
-Memory is ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist) in both, never ``O(B * Lmax^2)``.
+Memory is at most ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist), never ``O(B * Lmax^2)``.
 Semantics decisions are in ``docs/semantics.md`` (section "Attention semantics").
 """
 
@@ -30,10 +36,14 @@ import torch
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._broadcast import _shape_text
-from .._errors import type_error, typename, value_error
-from .._partition import RowPartition
+from .._axes import KEEP
+from .._errors import multi_level, type_error, typename, value_error
+from .._format import shape_text
+from .._partition import RowPartition, tensors_equal
+from .._registry import op
 from ..kernels import _attention_buckets as buckets
+from ..kernels import _attention_plan as planner
+from ..kernels import _attention_varlen as varlen
 from ..kernels._attention_op import bucketed_attention as bucketed_attention_op
 from ..kernels._attention_tiles import (
     COMPILE_BLOCK,
@@ -43,14 +53,13 @@ from ..kernels._attention_tiles import (
     tiled_attention,
 )
 
-__all__ = ["attention"]
-
-_FUNC = "ragged.attention"
-
 # Under torch.compile on CPU the eager bucket kernel runs as an opaque custom op (see
 # _attention_op.py: one graph, no unbacked sizes; it reads the lengths from memory when it runs).
 # Set this to compile the sync-free tiled formulation instead, as on other devices.
 TILES_UNDER_COMPILE = False
+# Device types whose eager path plans length buckets on the host; others take the tiles (or the
+# fused kernels of _attention_varlen), which need no host read.
+BUCKET_DEVICES = ("cpu",)
 
 BIAS_PARTITION = (
     "must be a pair map (B, Lq*, Lk*, H) with the partition "
@@ -58,6 +67,11 @@ BIAS_PARTITION = (
 )
 
 
+@op(
+    "attention",
+    rule=KEEP,
+    args="q: ragged, k: ragged, v: ragged, causal: bool?, scale: number?, bias: ragged?, dropout_p: number?",
+)
 def attention(
     q: RaggedArray,
     k: RaggedArray,
@@ -72,9 +86,11 @@ def attention(
 
     For every segment ``b`` this is ``F.scaled_dot_product_attention`` on the segment's rows
     transposed to ``(H, L, Dh)``: query row ``i`` of segment ``b`` attends over the keys of
-    segment ``b`` only::
+    segment ``b`` only:
 
-        out[b] = softmax(q[b] @ k[b]^T * scale + bias[b]) @ v[b]     # per head
+    ```text
+    out[b] = softmax(q[b] @ k[b]^T * scale + bias[b]) @ v[b]     # per head
+    ```
 
     Args:
         q: queries ``(B, Lq*, H, Dh)``.
@@ -97,11 +113,15 @@ def attention(
         segment gives an empty segment; a query row whose segment has no keys (``Lk_b = 0``)
         gives 0.
 
-    Host reads: in eager mode the segment lengths are read once per partition object (one
-    host sync, then cached). Under ``torch.compile`` the graph has none: on CPU the kernel is a
-    custom op that reads the lengths from memory when it runs; elsewhere the tiled formulation
-    needs no read, except in cross-attention without a ``bias`` when the keys' maximum length is
-    not known statically (it is whenever the partition came from host data).
+    Host reads: on CUDA none when the partitions' maximum lengths are known statically (they
+    are whenever a partition came from host data): the fused variable-length kernels or the
+    tiled formulation run. On CPU in eager mode the segment lengths are read once per partition
+    object (cached). Under ``torch.compile`` the graph has none: on CPU the kernel is a custom op
+    that reads the lengths from memory when it runs. Off CPU, the one read left is
+    cross-attention without a ``bias`` whose maximum lengths are both unknown.
+
+    On CUDA the fused kernels have no double backward: ``create_graph=True`` through them
+    raises torch's error (``torch.func`` transforms and forward AD take the general path).
 
     Raises:
         TypeError: an argument is not a RaggedArray, or dtypes differ or are not floating.
@@ -126,10 +146,10 @@ def attention(
     if causal and not same:
         if not q.partition.equals(k.partition):
             raise value_error(
-                _FUNC,
+                attention,
                 "causal",
                 "needs self-attention: q and k with equal partitions",
-                f"q {_shape_text(q)} and k {_shape_text(k)}",
+                f"q {shape_text(q)} and k {shape_text(k)}",
             )
         same = True
     if scale is None:
@@ -137,16 +157,31 @@ def attention(
         # restart its analysis to turn the float into a tensor.
         scale = 1.0 / math.sqrt(int(q.values.shape[-1]))
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise type_error(_FUNC, "scale", "must be a float or None", typename(scale))
+        raise type_error(attention, "scale", "must be a float or None", typename(scale))
     if dropout_p is None:
         dropout_p = 0.0
     elif isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise type_error(_FUNC, "dropout_p", "must be a float or None", typename(dropout_p))
+        raise type_error(attention, "dropout_p", "must be a float or None", typename(dropout_p))
     elif not 0.0 <= dropout_p < 1.0:
-        raise value_error(_FUNC, "dropout_p", "must be in [0, 1)", dropout_p)
+        raise value_error(attention, "dropout_p", "must be in [0, 1)", dropout_p)
     bias_values = None if bias is None else _check_bias(bias, q, k)
     scale = float(scale)
-    if torch.compiler.is_compiling():
+    key_level = q_level if same else k_level
+    kernel = varlen.select(
+        q.values,
+        k.values,
+        v.values,
+        q_level,
+        key_level,
+        bias=bias_values is not None,
+        causal=causal,
+        dropout_p=dropout_p,
+    )
+    if kernel is not None:
+        out = varlen.attention(
+            kernel, q.values, k.values, v.values, q_level, key_level, scale, causal, dropout_p
+        )
+    elif torch.compiler.is_compiling():
         if q.device.type == "cpu" and dropout_p == 0.0 and not TILES_UNDER_COMPILE:
             out, _ = bucketed_attention_op(
                 q.values,
@@ -163,8 +198,13 @@ def attention(
             out = tiled_attention(
                 q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
             )
+    elif q.device.type not in BUCKET_DEVICES and _bounded(q_level, k_level, bias_values, same):
+        geometry = _static_geometry(q, k, bias_values, same)
+        out = tiled_attention(
+            q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
+        )
     else:
-        plan = buckets.plan(q_level, k_level, q.values.shape[1] * q.values.shape[2])
+        plan = planner.plan(q_level, k_level, q.values.shape[1] * q.values.shape[2])
         if dropout_p > 0.0:
             geometry = _host_geometry(q_level, k_level, plan)
             out = tiled_attention(
@@ -183,56 +223,60 @@ def attention(
 def _check_arrays(q: Any, k: Any, v: Any) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, RaggedArray):
-            raise type_error(_FUNC, name, "must be a RaggedArray", typename(x))
+            raise type_error(attention, name, "must be a RaggedArray", typename(x))
         if x.ragged_ndim != 1:
-            raise NotImplementedError(f"{_FUNC}: `{name}` with more than one ragged axis.")
+            raise multi_level(attention, name, x)
         if x.values.dim() != 3:
-            raise value_error(_FUNC, name, "must have shape (B, L*, H, Dh)", _shape_text(x))
+            raise value_error(attention, name, "must have shape (B, L*, H, Dh)", shape_text(x))
         if not x.dtype.is_floating_point:
-            raise type_error(_FUNC, name, "must have a floating-point dtype", x.dtype)
+            raise type_error(attention, name, "must have a floating-point dtype", x.dtype)
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype:
-            raise type_error(_FUNC, name, f"must have the dtype of `q` ({q.dtype})", x.dtype)
+            raise type_error(attention, name, f"must have the dtype of `q` ({q.dtype})", x.dtype)
         if x.device != q.device:
-            raise value_error(_FUNC, name, f"must be on the device of `q` ({q.device})", x.device)
+            raise value_error(
+                attention, name, f"must be on the device of `q` ({q.device})", x.device
+            )
     if k.num_segments != q.num_segments:
         raise value_error(
-            _FUNC, "k", f"must have the batch size of `q` ({q.num_segments})", k.num_segments
+            attention, "k", f"must have the batch size of `q` ({q.num_segments})", k.num_segments
         )
     if v.partition is not k.partition and not v.partition.equals(k.partition):
         raise value_error(
-            _FUNC,
+            attention,
             "v",
             "must have the partition of `k` (keys and values pair up row by row)",
-            f"k {_shape_text(k)} and v {_shape_text(v)}",
+            f"k {shape_text(k)} and v {shape_text(v)}",
         )
     heads, width = q.values.shape[1:]
     if k.values.shape[1:] != (heads, width):
         raise value_error(
-            _FUNC,
+            attention,
             "k",
             f"must have the heads and head width of `q` ({heads}, {width})",
             tuple(k.values.shape[1:]),
         )
     if v.values.shape[1] != heads:
-        raise value_error(_FUNC, "v", f"must have the heads of `q` ({heads})", v.values.shape[1])
+        raise value_error(
+            attention, "v", f"must have the heads of `q` ({heads})", v.values.shape[1]
+        )
 
 
 def _check_bias(bias: Any, q: RaggedArray, k: RaggedArray) -> Tensor:
     if not isinstance(bias, RaggedArray):
-        raise type_error(_FUNC, "bias", "must be a RaggedArray or None", typename(bias))
+        raise type_error(attention, "bias", "must be a RaggedArray or None", typename(bias))
     heads = q.values.shape[1]
     if bias.ragged_ndim != 2 or bias.values.dim() != 2 or bias.values.shape[1] != heads:
         expected = f"must have shape (B, Lq*, Lk*, H) with H = {heads}"
-        raise value_error(_FUNC, "bias", expected, _shape_text(bias))
+        raise value_error(attention, "bias", expected, shape_text(bias))
     if bias.dtype != q.dtype:
-        raise type_error(_FUNC, "bias", f"must have the dtype of `q` ({q.dtype})", bias.dtype)
+        raise type_error(attention, "bias", f"must have the dtype of `q` ({q.dtype})", bias.dtype)
     rows, columns = bias.partition.levels
     q_level, k_level = q.partition.levels[0], k.partition.levels[0]
     if rows is q_level and columns.columns is k_level:
         return bias.values
-    if not (_equal(rows.offsets, q_level.offsets) and _equal(columns.lengths, _widths(q, k))):
-        raise value_error(_FUNC, "bias", BIAS_PARTITION, _shape_text(bias))
+    if not (rows.equals(q_level) and tensors_equal(columns.lengths, _widths(q, k))):
+        raise value_error(attention, "bias", BIAS_PARTITION, shape_text(bias))
     return bias.values
 
 
@@ -241,16 +285,22 @@ def _widths(q: RaggedArray, k: RaggedArray) -> Tensor:
     return k.lengths.index_select(0, q.partition.levels[0].row_ids)
 
 
-def _equal(a: Tensor, b: Tensor) -> bool:
-    return a.shape == b.shape and bool(torch.equal(a, b))
-
-
 # --- geometry of the composite path -----------------------------------------------------------
 
 
 def _pair_offsets(q_level: RowPartition, k_level: RowPartition) -> Tensor:
     counts = q_level.lengths * k_level.lengths
     return torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
+
+
+def _bounded(q_level: RowPartition, k_level: RowPartition, bias: Tensor | None, same: bool) -> bool:
+    """Whether ``_static_geometry`` bounds the tiles without reading the device."""
+    return (
+        bias is not None
+        or (same and q_level.sum_squares is not None)
+        or k_level.max_length is not None
+        or q_level.max_length is not None
+    )
 
 
 def _static_geometry(q: RaggedArray, k: RaggedArray, bias: Tensor | None, same: bool) -> Geometry:
@@ -289,9 +339,9 @@ def _static_geometry(q: RaggedArray, k: RaggedArray, bias: Tensor | None, same: 
     )
 
 
-def _host_geometry(q_level: RowPartition, k_level: RowPartition, plan: buckets.Plan) -> Geometry:
+def _host_geometry(q_level: RowPartition, k_level: RowPartition, plan: planner.Plan) -> Geometry:
     """The composite path's geometry with exact counts from the host lengths (eager mode)."""
-    s = buckets.COMPOSITE_BLOCK
+    s = planner.COMPOSITE_BLOCK
     lq, lk = plan.host_q, plan.host_k
     return Geometry(
         q_level.lengths,

@@ -13,91 +13,90 @@ import torch
 from torch import Tensor
 
 from .._array import RaggedArray
+from .._axes import KEEP, UNIFY
 from .._broadcast import align, same_partition
-
-__all__ = [
-    "abs",
-    "add",
-    "apply",
-    "bitwise_and",
-    "bitwise_not",
-    "bitwise_or",
-    "bitwise_xor",
-    "divide",
-    "eq",
-    "floor_divide",
-    "ge",
-    "gt",
-    "le",
-    "logical_and",
-    "logical_not",
-    "logical_or",
-    "logical_xor",
-    "lt",
-    "maximum",
-    "minimum",
-    "multiply",
-    "ne",
-    "negative",
-    "power",
-    "remainder",
-    "subtract",
-    "where",
-]
+from .._errors import Func, name_of
+from .._registry import op
+from .._versions import check_unchanged
 
 _SCALARS = (int, float, bool, complex)
+# An elementwise result keeps its operand's rows: valid by construction, no checks needed.
+_result = RaggedArray._trusted
+_Y = ("y", "")
+_ARG = ("a RaggedArray argument", "")
 
 
-def binary(func: str, op: Callable[[Any, Any], Tensor], x: Any, y: Any) -> RaggedArray:
-    """Apply a torch binary op to two operands, at least one of them a RaggedArray."""
+def binary(func: Func, fn: Callable[[Any, Any], Tensor], x: Any, y: Any) -> RaggedArray:
+    """Apply a torch binary function to two operands, at least one of them a RaggedArray.
+
+    Checks its operands' version counters itself (declared ``checks=True``): here the check
+    runs after the fast-path dispatch, where it costs least.
+    """
     if type(x) is RaggedArray:
         if type(y) is RaggedArray:
-            if (
-                y.partition is x.partition
-                and y.axes == x.axes
-                and y.values.shape[1:] == x.values.shape[1:]
-            ):
-                return RaggedArray(op(x.values, y.values), x.partition, x.axes)
+            # One partition: equal row counts, so equal shapes means equal inner shapes.
+            if y.partition is x.partition and y.axes == x.axes and y.values.shape == x.values.shape:
+                check_unchanged(func, x, y)
+                return _result(fn(x.values, y.values), x.partition, x.axes)
         elif isinstance(y, _SCALARS):
-            return RaggedArray(op(x.values, y), x.partition, x.axes)
+            check_unchanged(func, x)
+            return _result(fn(x.values, y), x.partition, x.axes)
     elif type(y) is RaggedArray and isinstance(x, _SCALARS):
+        check_unchanged(func, y, names=_Y)
         # torch ops take a number second only; a 0-d tensor promotes like a number.
         left = torch.as_tensor(x, device=y.values.device)
-        return RaggedArray(op(left, y.values), y.partition, y.axes)
+        return _result(fn(left, y.values), y.partition, y.axes)
     if not isinstance(x, RaggedArray) and not isinstance(y, RaggedArray):
         raise TypeError(
-            f"{func}: one operand must be a RaggedArray, got {type(x).__name__} and {type(y).__name__}."
+            f"{name_of(func)}: one operand must be a RaggedArray, got {type(x).__name__} and "
+            f"{type(y).__name__}."
         )
+    if isinstance(x, RaggedArray):
+        check_unchanged(func, x, y if isinstance(y, RaggedArray) else None)
+    else:
+        check_unchanged(func, y, names=_Y)
     a, b, partition, axes = align(func, x, y)
-    return RaggedArray(op(a, b), partition, axes)
+    return RaggedArray(fn(a, b), partition, axes)
 
 
-def _unary(func: str, op: Callable[[Tensor], Tensor], x: Any) -> RaggedArray:
+def _unary(func: Func, fn: Callable[[Tensor], Tensor], x: Any) -> RaggedArray:
     if not isinstance(x, RaggedArray):
-        raise TypeError(f"{func}: `x` must be a RaggedArray, got {type(x).__name__}.")
-    return RaggedArray(op(x.values), x.partition, x.axes)
+        raise TypeError(f"{name_of(func)}: `x` must be a RaggedArray, got {type(x).__name__}.")
+    check_unchanged(func, x)
+    return _result(fn(x.values), x.partition, x.axes)
 
 
 def _binary_op(
-    name: str, op: Callable[[Any, Any], Tensor], symbol: str, example: tuple[str, str, str]
+    name: str,
+    fn: Callable[[Any, Any], Tensor],
+    symbol: str,
+    example: tuple[str, str, str],
+    torch_fns: tuple[Any, ...],
+    method: str,
 ) -> Callable[[Any, Any], RaggedArray]:
-    func = f"ragged.{name}"
-
-    def fn(x: Any, y: Any) -> RaggedArray:
-        return binary(func, op, x, y)
+    def binary_op(x: Any, y: Any) -> RaggedArray:
+        return binary(binary_op, fn, x, y)
 
     data, other, result = example
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"""Elementwise ``{symbol}`` (``torch.{op.__name__}``) with ragged broadcasting.
+    binary_op.__name__ = binary_op.__qualname__ = name
+    binary_op.__doc__ = f"""Elementwise ``{symbol}`` (``torch.{fn.__name__}``) with ragged broadcasting.
 
     At least one operand is a RaggedArray; the other may be a RaggedArray with the same
-    partition, a dense tensor that broadcasts (see :mod:`ragged._broadcast`) or a number.
+    partition, a dense tensor that broadcasts (see ``ragged._broadcast``) or a number.
 
     >>> import ragged, torch
     >>> ragged.{name}(ragged.array({data}), {other}).to_list()
     {result}
     """
-    return fn
+    declare = op(
+        "elementwise",
+        rule=UNIFY,
+        args="x: operand, y: operand",
+        torch=torch_fns,
+        methods=(method,),
+        checks=True,
+    )
+    return declare(binary_op)
 
 
 def _scalars_as_tensors(op: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Any, Any], Tensor]:
@@ -118,48 +117,151 @@ def _scalars_as_tensors(op: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Any
 _F = "[[1.0, 2.0], [3.0]]"
 _I = "[[6, 7], [-5]]"
 _B = "[[True, False], [True]]"
-add = _binary_op("add", torch.add, "x + y", (_F, "1.0", "[[2.0, 3.0], [4.0]]"))
-subtract = _binary_op("subtract", torch.sub, "x - y", (_F, "1.0", "[[0.0, 1.0], [2.0]]"))
-multiply = _binary_op("multiply", torch.mul, "x * y", (_F, "2.0", "[[2.0, 4.0], [6.0]]"))
-divide = _binary_op("divide", torch.true_divide, "x / y", (_F, "2.0", "[[0.5, 1.0], [1.5]]"))
-floor_divide = _binary_op("floor_divide", torch.floor_divide, "x // y", (_I, "4", "[[1, 1], [-2]]"))
-remainder = _binary_op("remainder", torch.remainder, "x % y", (_I, "4", "[[2, 3], [3]]"))
-power = _binary_op("power", torch.pow, "x ** y", (_F, "2.0", "[[1.0, 4.0], [9.0]]"))
+_T = torch.Tensor
+# name, torch function, symbol, doctest (array, other, result), torch spellings, Tensor method
+add = _binary_op(
+    "add", torch.add, "x + y", (_F, "1.0", "[[2.0, 3.0], [4.0]]"), (torch.add, _T.add), "add"
+)
+subtract = _binary_op(
+    "subtract",
+    torch.sub,
+    "x - y",
+    (_F, "1.0", "[[0.0, 1.0], [2.0]]"),
+    (torch.sub, torch.subtract, _T.sub),
+    "sub",
+)
+multiply = _binary_op(
+    "multiply",
+    torch.mul,
+    "x * y",
+    (_F, "2.0", "[[2.0, 4.0], [6.0]]"),
+    (torch.mul, torch.multiply, _T.mul),
+    "mul",
+)
+divide = _binary_op(
+    "divide",
+    torch.true_divide,
+    "x / y",
+    (_F, "2.0", "[[0.5, 1.0], [1.5]]"),
+    (torch.div, torch.divide, torch.true_divide, _T.div),
+    "div",
+)
+floor_divide = _binary_op(
+    "floor_divide",
+    torch.floor_divide,
+    "x // y",
+    (_I, "4", "[[1, 1], [-2]]"),
+    (torch.floor_divide, _T.floor_divide),
+    "floor_divide",
+)
+remainder = _binary_op(
+    "remainder",
+    torch.remainder,
+    "x % y",
+    (_I, "4", "[[2, 3], [3]]"),
+    (torch.remainder, _T.remainder),
+    "remainder",
+)
+power = _binary_op(
+    "power",
+    torch.pow,
+    "x ** y",
+    (_F, "2.0", "[[1.0, 4.0], [9.0]]"),
+    (torch.pow, _T.pow),
+    "pow",
+)
 maximum = _binary_op(
-    "maximum", _scalars_as_tensors(torch.maximum), "max(x, y)", (_F, "2.0", "[[2.0, 2.0], [3.0]]")
+    "maximum",
+    _scalars_as_tensors(torch.maximum),
+    "max(x, y)",
+    (_F, "2.0", "[[2.0, 2.0], [3.0]]"),
+    (torch.maximum, _T.maximum),
+    "maximum",
 )
 minimum = _binary_op(
-    "minimum", _scalars_as_tensors(torch.minimum), "min(x, y)", (_F, "2.0", "[[1.0, 2.0], [2.0]]")
+    "minimum",
+    _scalars_as_tensors(torch.minimum),
+    "min(x, y)",
+    (_F, "2.0", "[[1.0, 2.0], [2.0]]"),
+    (torch.minimum, _T.minimum),
+    "minimum",
 )
-eq = _binary_op("eq", torch.eq, "x == y", (_F, "2.0", "[[False, True], [False]]"))
-ne = _binary_op("ne", torch.ne, "x != y", (_F, "2.0", "[[True, False], [True]]"))
-lt = _binary_op("lt", torch.lt, "x < y", (_F, "2.0", "[[True, False], [False]]"))
-le = _binary_op("le", torch.le, "x <= y", (_F, "2.0", "[[True, True], [False]]"))
-gt = _binary_op("gt", torch.gt, "x > y", (_F, "2.0", "[[False, False], [True]]"))
-ge = _binary_op("ge", torch.ge, "x >= y", (_F, "2.0", "[[False, True], [True]]"))
+eq = _binary_op(
+    "eq", torch.eq, "x == y", (_F, "2.0", "[[False, True], [False]]"), (torch.eq, _T.eq), "eq"
+)
+ne = _binary_op(
+    "ne", torch.ne, "x != y", (_F, "2.0", "[[True, False], [True]]"), (torch.ne, _T.ne), "ne"
+)
+lt = _binary_op(
+    "lt", torch.lt, "x < y", (_F, "2.0", "[[True, False], [False]]"), (torch.lt, _T.lt), "lt"
+)
+le = _binary_op(
+    "le", torch.le, "x <= y", (_F, "2.0", "[[True, True], [False]]"), (torch.le, _T.le), "le"
+)
+gt = _binary_op(
+    "gt", torch.gt, "x > y", (_F, "2.0", "[[False, False], [True]]"), (torch.gt, _T.gt), "gt"
+)
+ge = _binary_op(
+    "ge", torch.ge, "x >= y", (_F, "2.0", "[[False, True], [True]]"), (torch.ge, _T.ge), "ge"
+)
 logical_and = _binary_op(
     "logical_and",
     _scalars_as_tensors(torch.logical_and),
     "x and y",
     (_B, "False", "[[False, False], [False]]"),
+    (torch.logical_and, _T.logical_and),
+    "logical_and",
 )
 logical_or = _binary_op(
     "logical_or",
     _scalars_as_tensors(torch.logical_or),
     "x or y",
     (_B, "False", "[[True, False], [True]]"),
+    (torch.logical_or, _T.logical_or),
+    "logical_or",
 )
 logical_xor = _binary_op(
     "logical_xor",
     _scalars_as_tensors(torch.logical_xor),
     "x xor y",
     (_B, "True", "[[False, True], [False]]"),
+    (torch.logical_xor, _T.logical_xor),
+    "logical_xor",
 )
-bitwise_and = _binary_op("bitwise_and", torch.bitwise_and, "x & y", (_I, "3", "[[2, 3], [3]]"))
-bitwise_or = _binary_op("bitwise_or", torch.bitwise_or, "x | y", (_I, "1", "[[7, 7], [-5]]"))
-bitwise_xor = _binary_op("bitwise_xor", torch.bitwise_xor, "x ^ y", (_I, "1", "[[7, 6], [-6]]"))
+bitwise_and = _binary_op(
+    "bitwise_and",
+    torch.bitwise_and,
+    "x & y",
+    (_I, "3", "[[2, 3], [3]]"),
+    (torch.bitwise_and, _T.bitwise_and),
+    "bitwise_and",
+)
+bitwise_or = _binary_op(
+    "bitwise_or",
+    torch.bitwise_or,
+    "x | y",
+    (_I, "1", "[[7, 7], [-5]]"),
+    (torch.bitwise_or, _T.bitwise_or),
+    "bitwise_or",
+)
+bitwise_xor = _binary_op(
+    "bitwise_xor",
+    torch.bitwise_xor,
+    "x ^ y",
+    (_I, "1", "[[7, 6], [-6]]"),
+    (torch.bitwise_xor, _T.bitwise_xor),
+    "bitwise_xor",
+)
 
 
+@op(
+    "elementwise",
+    rule=KEEP,
+    args="x: ragged",
+    torch=(torch.neg, torch.negative, torch.Tensor.neg),
+    methods=("neg",),
+    checks=True,
+)
 def negative(x: RaggedArray) -> RaggedArray:
     """Elementwise ``-x``.
 
@@ -167,9 +269,17 @@ def negative(x: RaggedArray) -> RaggedArray:
     >>> ragged.negative(ragged.array([[1, -2], [3]])).to_list()
     [[-1, 2], [-3]]
     """
-    return _unary("ragged.negative", torch.neg, x)
+    return _unary(negative, torch.neg, x)
 
 
+@op(
+    "elementwise",
+    rule=KEEP,
+    args="x: ragged",
+    torch=(torch.abs, torch.Tensor.abs),
+    methods=("abs",),
+    checks=True,
+)
 def abs(x: RaggedArray) -> RaggedArray:
     """Elementwise absolute value.
 
@@ -177,9 +287,17 @@ def abs(x: RaggedArray) -> RaggedArray:
     >>> ragged.abs(ragged.array([[1, -2], [-3]])).to_list()
     [[1, 2], [3]]
     """
-    return _unary("ragged.abs", torch.abs, x)
+    return _unary(abs, torch.abs, x)
 
 
+@op(
+    "elementwise",
+    rule=KEEP,
+    args="x: ragged",
+    torch=(torch.bitwise_not, torch.Tensor.bitwise_not),
+    methods=("bitwise_not",),
+    checks=True,
+)
 def bitwise_not(x: RaggedArray) -> RaggedArray:
     """Elementwise ``~x`` (logical not for bool).
 
@@ -187,9 +305,17 @@ def bitwise_not(x: RaggedArray) -> RaggedArray:
     >>> ragged.bitwise_not(ragged.array([[True, False], []])).to_list()
     [[False, True], []]
     """
-    return _unary("ragged.bitwise_not", torch.bitwise_not, x)
+    return _unary(bitwise_not, torch.bitwise_not, x)
 
 
+@op(
+    "elementwise",
+    rule=KEEP,
+    args="x: ragged",
+    torch=(torch.logical_not, torch.Tensor.logical_not),
+    methods=("logical_not",),
+    checks=True,
+)
 def logical_not(x: RaggedArray) -> RaggedArray:
     """Elementwise logical not (any dtype; zero is false).
 
@@ -197,9 +323,17 @@ def logical_not(x: RaggedArray) -> RaggedArray:
     >>> ragged.logical_not(ragged.array([[0, 2], [1]])).to_list()
     [[True, False], [False]]
     """
-    return _unary("ragged.logical_not", torch.logical_not, x)
+    return _unary(logical_not, torch.logical_not, x)
 
 
+@op(
+    "elementwise",
+    rule=UNIFY,
+    args="condition: operand, x: operand, y: operand",
+    torch=(torch.where,),
+    methods=("where",),
+    checks=True,
+)
 def where(condition: Any, x: Any, y: Any) -> RaggedArray:
     """Elementwise ``x if condition else y``; any argument may be dense or a number.
 
@@ -211,19 +345,20 @@ def where(condition: Any, x: Any, y: Any) -> RaggedArray:
     >>> ragged.where(x > 0, x, 0.0).to_list()
     [[1.0, 0.0], [3.0]]
     """
-    func = "ragged.where"
+    func = where
     ragged_args = [a for a in (condition, x, y) if isinstance(a, RaggedArray)]
     if not ragged_args:
-        raise TypeError(f"{func}: one of `condition`, `x`, `y` must be a RaggedArray.")
+        raise TypeError(f"{name_of(func)}: one of `condition`, `x`, `y` must be a RaggedArray.")
     first = ragged_args[0]
-    for other in ragged_args[1:]:
+    for other in ragged_args:
+        check_unchanged(func, other, names=_ARG)
         if other.partition is not first.partition:
             same_partition(func, first, other)
     parts = [_as_values(func, a, first) for a in (condition, x, y)]
     return RaggedArray(torch.where(*parts), first.partition, first.axes)
 
 
-def _as_values(func: str, a: Any, like: RaggedArray) -> Any:
+def _as_values(func: Func, a: Any, like: RaggedArray) -> Any:
     if isinstance(a, RaggedArray):
         return a.values
     if isinstance(a, Tensor):
@@ -231,13 +366,14 @@ def _as_values(func: str, a: Any, like: RaggedArray) -> Any:
     return a
 
 
+@op("elementwise", rule=KEEP, args="fn: callable, *args: any, **kwargs: any", checks=True)
 def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RaggedArray:
     """Apply a pointwise torch function to the values of RaggedArrays.
 
     ``fn`` is called with every RaggedArray argument replaced by its values (dense tensors
     line up by the broadcasting rules against the first RaggedArray); it must return a tensor
     with one row per value row. For row-wise functions (``nn.Module``s, feature maps) see
-    :func:`ragged.map`.
+    [`ragged.map`][ragged.map].
 
     >>> import ragged, torch
     >>> x = ragged.array([[0.0, 1.0], [2.0]])
@@ -246,12 +382,13 @@ def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RaggedArray:
     >>> ragged.apply(torch.clamp, x, min=0.5).to_list()
     [[0.5, 1.0], [2.0]]
     """
-    func = "ragged.apply"
+    func = apply
     ragged_args = [a for a in args if isinstance(a, RaggedArray)]
     if not ragged_args:
-        raise TypeError(f"{func}: at least one positional argument must be a RaggedArray.")
+        raise TypeError(f"{name_of(func)}: at least one positional argument must be a RaggedArray.")
     first = ragged_args[0]
-    for other in ragged_args[1:]:
+    for other in ragged_args:
+        check_unchanged(func, other, names=_ARG)
         if other.partition is not first.partition:
             same_partition(func, first, other)
     values = [_as_values(func, a, first) for a in args]
@@ -259,7 +396,8 @@ def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RaggedArray:
     if not isinstance(out, Tensor) or out.dim() == 0 or out.shape[0] != first.values.shape[0]:
         got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
         raise ValueError(
-            f"{func}: `fn` must return one row per value row ({first.values.shape[0]}), got {got}."
+            f"{name_of(func)}: `fn` must return one row per value row "
+            f"({first.values.shape[0]}), got {got}."
         )
     names = first.axes if out.dim() == first.values.dim() else None
     return RaggedArray(out, first.partition, names)

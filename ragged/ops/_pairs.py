@@ -29,17 +29,17 @@ import torch
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._errors import type_error, value_error
-from .._partition import Partition, RowPartition
+from .._axes import KEEP, OUTER, PAIR_DOT, PAIR_MATMUL, TRANSPOSE
+from .._errors import Func, type_error, value_error
+from .._partition import Partition, RowPartition, pair_index
+from .._registry import op
 from ..kernels._pairblocks import PairTiles, assemble, block_matmul, group_blocks, length_groups
 from ..kernels._segment import Segments, segment_sum
-
-__all__ = ["outer", "pair_dot", "pair_matmul", "transpose", "triangle_multiply"]
 
 _PAIR_TILE = 16  # pair_dot tiles under torch.compile
 
 
-def _one_level(func: str, param: str, x: Any) -> RaggedArray:
+def _one_level(func: Func, param: str, x: Any) -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise type_error(func, param, "must be a RaggedArray", type(x).__name__)
     if x.ragged_ndim != 1:
@@ -47,25 +47,7 @@ def _one_level(func: str, param: str, x: Any) -> RaggedArray:
     return x
 
 
-@dataclasses.dataclass
-class PairIndex:
-    """For every entry ``(b, i, j)`` of a pair map: the value rows ``i`` and ``j`` it pairs."""
-
-    partition: Partition
-    left: Tensor  # row of x (level 0's children) for every pair
-    right: Tensor  # row of y for every pair
-
-
-def pair_index(rows: RowPartition, columns: RowPartition) -> PairIndex:
-    """The product partition of ``rows`` x ``columns`` and the rows each pair combines."""
-    partition = Partition.outer(rows, columns)
-    cells = partition.levels[1]
-    left = cells.row_ids  # the children of level 0 are the rows of x
-    segment = rows.row_ids.index_select(0, left)
-    right = columns.offsets.index_select(0, segment) + cells.positions()
-    return PairIndex(partition, left, right)
-
-
+@op("pairs", rule=OUTER, args="x: ragged, y: ragged, op: callable?")
 def outer(
     x: RaggedArray, y: RaggedArray, op: Callable[[Tensor, Tensor], Tensor] = torch.add
 ) -> RaggedArray:
@@ -99,7 +81,7 @@ def outer(
     >>> ragged.outer(x, x, torch.mul).shape
     RaggedShape(2, [2, 1], [[2, 2], [1]])
     """
-    func = "ragged.outer"
+    func = outer
     _one_level(func, "x", x)
     _one_level(func, "y", y)
     if x.num_segments != y.num_segments:
@@ -189,6 +171,7 @@ def _outer_grouped(
     return partition, assemble(pieces, groups, xv[:0])
 
 
+@op("pairs", rule=PAIR_DOT, args="x: ragged, y: ragged, scale: number?")
 def pair_dot(x: RaggedArray, y: RaggedArray, *, scale: float | None = None) -> RaggedArray:
     """Per-segment ``x @ y.T`` over the last axis: ``out[b, i, j] = <x[b, i], y[b, j]>``.
 
@@ -217,7 +200,7 @@ def pair_dot(x: RaggedArray, y: RaggedArray, *, scale: float | None = None) -> R
     >>> (x @ x.mT).to_list()
     [[[1.0, 0.0], [0.0, 4.0]], [[2.0]]]
     """
-    func = "ragged.pair_dot"
+    func = pair_dot
     _one_level(func, "x", x)
     _one_level(func, "y", y)
     if x.num_segments != y.num_segments:
@@ -283,6 +266,7 @@ def _pair_dot_tiled(
     return out.index_select(0, tiles.back())
 
 
+@op("pairs", rule=PAIR_MATMUL, args="p: ragged, v: ragged")
 def pair_matmul(p: RaggedArray, v: RaggedArray) -> RaggedArray:
     """Per-segment ``P_b @ V_b`` over the second ragged axis of a pair map.
 
@@ -314,7 +298,7 @@ def pair_matmul(p: RaggedArray, v: RaggedArray) -> RaggedArray:
     >>> ragged.pair_matmul(p, v).to_list()  # doctest: +ELLIPSIS
     [[[0.268..., 0.731...], [0.119..., 0.880...]], [[5.0, 5.0]]]
     """
-    func = "ragged.pair_matmul"
+    func = pair_matmul
     if not isinstance(p, RaggedArray):
         raise type_error(func, "p", "must be a RaggedArray", type(p).__name__)
     levels = p.partition.levels
@@ -378,14 +362,17 @@ def _pair_matmul_gathered(p: RaggedArray, v: RaggedArray, columns: RowPartition)
     return segment_sum(weighted, Segments(cells.row_ids, cells.num_rows, cells.lengths))
 
 
+@op("pairs", rule=KEEP, args="a: ragged, b: ragged, outgoing: bool?")
 def triangle_multiply(a: RaggedArray, b: RaggedArray, *, outgoing: bool = True) -> RaggedArray:
     """The triangle multiplicative update of AlphaFold / Pairformer, per segment and channel.
 
     For square pair maps ``a`` and ``b`` of shape ``(B, N*, N*, *inner)`` with the same
-    partition::
+    partition:
 
-        outgoing:  out[b, i, j, c] = sum_k a[b, i, k, c] * b[b, j, k, c]   (A_b @ B_b^T)
-        incoming:  out[b, i, j, c] = sum_k a[b, k, i, c] * b[b, k, j, c]   (A_b^T @ B_b)
+    ```text
+    outgoing:  out[b, i, j, c] = sum_k a[b, i, k, c] * b[b, j, k, c]   (A_b @ B_b^T)
+    incoming:  out[b, i, j, c] = sum_k a[b, k, i, c] * b[b, k, j, c]   (A_b^T @ B_b)
+    ```
 
     (the gating, projections and layer norms around it are ordinary ops; see
     ``examples/pairformer.py``). The reference is ``torch.einsum("ikc,jkc->ijc", a_b, b_b)``
@@ -421,7 +408,7 @@ def triangle_multiply(a: RaggedArray, b: RaggedArray, *, outgoing: bool = True) 
     >>> ragged.triangle_multiply(w, z, outgoing=False).to_list()
     [[[[2.0], [4.0]], [[-1.0], [-2.0]]], [[[0.0]]]]
     """
-    func = "ragged.triangle_multiply"
+    func = triangle_multiply
     _square_pair_map(func, "a", a)
     _square_pair_map(func, "b", b)
     if (
@@ -441,14 +428,12 @@ def triangle_multiply(a: RaggedArray, b: RaggedArray, *, outgoing: bool = True) 
 
 
 def _same_lengths(a: RowPartition, b: RowPartition) -> bool:
-    """Whether two levels have equal lengths: identity, else one comparison (which reads device
-    memory; under ``torch.compile`` it is skipped and the caller's structure is trusted)."""
-    if a is b or torch.compiler.is_compiling():
-        return True
-    return a.lengths.shape == b.lengths.shape and bool(torch.equal(a.lengths, b.lengths))
+    """Whether two levels have equal lengths (under ``torch.compile`` the comparison, which reads
+    device memory, is skipped and the caller's structure is trusted)."""
+    return torch.compiler.is_compiling() or a.equals(b)
 
 
-def _square_pair_map(func: str, param: str, x: Any) -> None:
+def _square_pair_map(func: Func, param: str, x: Any) -> None:
     if not isinstance(x, RaggedArray):
         raise type_error(func, param, "must be a RaggedArray", type(x).__name__)
     levels = x.partition.levels
@@ -459,6 +444,7 @@ def _square_pair_map(func: str, param: str, x: Any) -> None:
         raise value_error(func, param, "must be a square pair map (N_b x N_b blocks)", "N_b x M_b")
 
 
+@op("pairs", rule=TRANSPOSE, args="x: ragged, axis0: int?, axis1: int?")
 def transpose(x: RaggedArray, axis0: int = 1, axis1: int = 2) -> RaggedArray:
     """Swap the two ragged axes of a pair map: ``(B, N*, M*, ...) -> (B, M*, N*, ...)``.
 
@@ -470,7 +456,7 @@ def transpose(x: RaggedArray, axis0: int = 1, axis1: int = 2) -> RaggedArray:
     >>> ragged.transpose(z).to_list()
     [[[11, 12], [21, 22], [31, 32]], []]
     """
-    func = "ragged.transpose"
+    func = transpose
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
     if sorted((axis0, axis1)) != [1, 2] or x.ragged_ndim != 2:
@@ -499,7 +485,7 @@ def transpose(x: RaggedArray, axis0: int = 1, axis1: int = 2) -> RaggedArray:
 class RaggedTranspose:
     """``x.mT`` of a RaggedArray ``(B, M*, ..., D)``: only a right operand of ``matmul``.
 
-    ``ragged.matmul(x, y.mT)`` (or ``x @ y.mT``) is :func:`pair_dot` ``(x, y)``.
+    ``ragged.matmul(x, y.mT)`` (or ``x @ y.mT``) is [`pair_dot`][ragged.pair_dot] ``(x, y)``.
     """
 
     array: RaggedArray

@@ -8,12 +8,14 @@ import torch
 import torch.utils._pytree as pytree
 
 from .._array import RaggedArray
+from .._registry import public
 
 
 def _is_ragged(node: Any) -> bool:
     return isinstance(node, RaggedArray)
 
 
+@public("testing", namespace="ragged.testing")
 def assert_close(actual: Any, expected: Any, **kwargs: Any) -> None:
     """Assert two pytrees are close: RaggedArrays must have equal partitions and names.
 

@@ -16,12 +16,14 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from .._registry import public
 from ._compare import assert_close
 
 _SYNC_METHODS = {"item", "tolist", "nonzero", "numpy", "cpu"}
 _SYNC_FUNCTIONS = {torch.nonzero, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.nonzero}
 
 
+@public("testing", namespace="ragged.testing")
 @dataclasses.dataclass
 class CompileReport:
     """What ``check_compile`` saw.
@@ -85,6 +87,7 @@ def _is_sync(node: torch.fx.Node) -> bool:
     return False
 
 
+@public("testing", namespace="ragged.testing")
 def check_compile(
     fn: Callable[..., Any],
     batches: Iterable[Sequence[Any]],
@@ -100,7 +103,7 @@ def check_compile(
     """Compile ``fn`` once and check it across ``batches`` of arguments.
 
     For each batch the compiled and eager results must agree (``tolerances`` go to
-    :func:`ragged.testing.assert_close`). Afterwards the number of captured graphs must be at
+    [`ragged.testing.assert_close`][ragged.testing.assert_close]). Afterwards the number of captured graphs must be at
     most ``max_graphs`` and, unless ``allow_unbacked``, no graph may contain a data-dependent
     size or a host sync.
 
@@ -116,7 +119,7 @@ def check_compile(
             floating-point leaf that requires grad.
 
     Returns:
-        The :class:`CompileReport`.
+        The [`CompileReport`][ragged.testing.CompileReport].
 
     Raises:
         AssertionError: a result differs, too many graphs, or an unbacked size or sync.

@@ -1,10 +1,11 @@
 """The op table: one record per public op, driving the generic tests and the docs' matrix.
 
-Each :class:`OpInfo` names an op, its per-segment reference, how to build sample inputs, its
-axis rule and which transforms it supports. ``tests/test_optable.py`` runs every entry against
+Each :class:`OpInfo` names an op, its per-segment reference, how to build sample inputs and
+which transforms it supports; the op's family and axis rule come from its declaration in the
+registry (``ragged._registry``). ``tests/test_optable.py`` runs every entry against
 its reference on hypothesis-drawn partitions (empty segments, zero segments, one segment, one
 long segment, non-contiguous values), in float64, with gradcheck and error inputs;
-``docs/gen_api.py`` renders the support matrix in ``docs/api.md`` from the same records.
+``tools/generate.py`` renders the support matrix in ``docs/api.md`` from the same records.
 
 The reference semantics: an op is the same torch computation applied to every segment
 separately. For sample arguments, a RaggedArray becomes its segment ``b``, a :class:`PerSegment`
@@ -67,8 +68,6 @@ class OpInfo:
         op: the callable under test.
         reference: ``reference(*segment_args, **kwargs)`` for one segment.
         samples: builds the variants to test.
-        category: section of the docs' matrix.
-        rule: the axis rule (see ``docs/semantics.md``).
         grad: differentiable in the floating-point RaggedArray arguments (gradcheck).
         gradgrad: second derivatives (double backward, hessian).
         forward_ad: forward-mode AD (jvp, jacfwd).
@@ -86,8 +85,6 @@ class OpInfo:
     op: Callable[..., Any]
     reference: Callable[..., Any]
     samples: SampleFn
-    category: str
-    rule: str
     grad: bool = True
     gradgrad: bool = True
     forward_ad: bool = True
@@ -103,6 +100,12 @@ class OpInfo:
     @property
     def id(self) -> str:
         return f"{self.name}-{self.variant}" if self.variant else self.name
+
+    @property
+    def spec(self) -> Any:
+        """The op's declaration in the registry (its family, axis rule, arguments)."""
+        qualname = self.name if "." in self.name else f"ragged.{self.name}"
+        return ragged._registry.get(qualname)
 
 
 def randn(
@@ -185,6 +188,31 @@ def or_empty(
         return torch.full(probe.shape, fill, dtype=dtype or probe.dtype)
 
     return reference
+
+
+BATCH_AXIS = "`axis` cannot be the batch axis (segments differ in length), got 0."
+
+
+def axis_errors(
+    op: Callable[..., Any], name: str, *, batch: str = BATCH_AXIS, out_of_range: int = 2
+) -> list[ErrorCase]:
+    """The errors every op with ``axis=`` shares: the batch axis, an axis out of range, and a
+    dense ``x`` (on ``[[1.0, 2.0], [3.0]]``, ``(B, L*)``)."""
+    x = ragged.array([[1.0, 2.0], [3.0]])
+    func = f"ragged.{name}"
+    return [
+        ErrorCase(lambda: op(x, axis=0), ValueError, f"{func}: {batch}"),
+        ErrorCase(
+            lambda: op(x, axis=out_of_range),
+            ValueError,
+            f"{func}: `axis` must be in [-2, 2), got {out_of_range}.",
+        ),
+        ErrorCase(
+            lambda: op(x.values, axis=1),
+            TypeError,
+            f"{func}: `x` must be a RaggedArray, got Tensor.",
+        ),
+    ]
 
 
 # One table module per op family; each defines OPS.

@@ -209,7 +209,6 @@ ERRORS = [
     ),
 ]
 
-RULE = "keep all (the partition of q)"
 
 OPS = [
     OpInfo(
@@ -217,8 +216,6 @@ OPS = [
         op=ragged.attention,
         reference=attention_reference,
         samples=attention_samples,
-        category="attention",
-        rule=RULE,
         errors=ERRORS,
     ),
     OpInfo(
@@ -227,7 +224,5 @@ OPS = [
         op=attention_with_bias,
         reference=attention_reference,
         samples=attention_bias_samples,
-        category="attention",
-        rule=RULE,
     ),
 ]

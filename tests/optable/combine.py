@@ -17,9 +17,6 @@ import ragged
 from . import ErrorCase, OpInfo, Sample, ragged_randn, randn
 
 NAMES = ("batch", "seq", "feat")
-RULE_CONCAT = "new partition (batch or ragged axis); keep all (inner axis); names unify"
-RULE_STACK = "add one (a new inner axis); keep the first input's partition"
-RULE_SPLIT = "new partition per piece (slices of the input's)"
 
 
 def segment_dim(axis: Any, named: tuple[str, ...] = NAMES) -> int:
@@ -232,20 +229,16 @@ OPS = [
         _concat,
         _concat_reference,
         _concat_samples,
-        "combining",
-        RULE_CONCAT,
         errors=_errors(),
     ),
     OpInfo(
-        "concat",
+        "split",
         _roundtrip,
         lambda segment, sizes: segment,
         _roundtrip_samples,
-        "combining",
-        RULE_SPLIT,
         compile=False,  # split reads its split points: one documented sync
         data_dependent=True,
-        variant="split_roundtrip",
+        variant="concat_roundtrip",
     ),
-    OpInfo("stack", _stack, _stack_reference, _stack_samples, "combining", RULE_STACK),
+    OpInfo("stack", _stack, _stack_reference, _stack_samples),
 ]

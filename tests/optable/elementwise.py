@@ -10,8 +10,6 @@ import ragged
 
 from . import ErrorCase, OpInfo, PerSegment, Sample, ragged_randn, randn
 
-RULE = "keep all"
-
 
 def binary_samples(*, positive: bool = False, exponent: bool = False) -> Any:
     def samples(
@@ -125,7 +123,7 @@ def _errors(op: Any, name: str) -> list[ErrorCase]:
 def binary(name: str, ref: Any, **kw: Any) -> OpInfo:
     op = getattr(ragged, name)
     samples = kw.pop("samples", binary_samples())
-    return OpInfo(name, op, ref, samples, "elementwise", RULE, errors=_errors(op, name), **kw)
+    return OpInfo(name, op, ref, samples, errors=_errors(op, name), **kw)
 
 
 NO_GRAD = {"grad": False, "gradgrad": False, "forward_ad": False}
@@ -168,15 +166,13 @@ OPS = [
         binary(n, tensors(getattr(torch, n)), samples=int_samples(), **NO_GRAD)
         for n in ("bitwise_and", "bitwise_or", "bitwise_xor")
     ],
-    OpInfo("negative", ragged.negative, torch.neg, unary_samples(), "elementwise", RULE),
-    OpInfo("abs", ragged.abs, torch.abs, unary_samples(), "elementwise", RULE),
+    OpInfo("negative", ragged.negative, torch.neg, unary_samples()),
+    OpInfo("abs", ragged.abs, torch.abs, unary_samples()),
     OpInfo(
         "bitwise_not",
         ragged.bitwise_not,
         torch.bitwise_not,
         unary_samples(torch.int64),
-        "elementwise",
-        RULE,
         **NO_GRAD,
     ),
     OpInfo(
@@ -184,8 +180,6 @@ OPS = [
         ragged.logical_not,
         torch.logical_not,
         unary_samples(),
-        "elementwise",
-        RULE,
         **NO_GRAD,
     ),
 ]
@@ -210,8 +204,6 @@ OPS.append(
         ragged.where,
         lambda c, a, b: torch.where(c, a, torch.as_tensor(b, dtype=torch.float64)),
         _where_samples,
-        "elementwise",
-        RULE,
     )
 )
 
@@ -233,8 +225,6 @@ OPS.append(
         ragged.apply,
         lambda fn, *args, **kw: fn(*args, **kw),
         _apply_samples,
-        "elementwise",
-        RULE,
         errors=[
             ErrorCase(
                 lambda: ragged.apply(lambda v: v.sum(0), ragged.array([[1.0, 2.0]])),

@@ -12,9 +12,6 @@ import ragged
 from . import ErrorCase, OpInfo, PerSegment, Sample, ragged_randn
 
 NAMES = ("batch", "seq", "feat")
-RULE_TAKE = "new partition (the indices'); dense indices consume the ragged axis"
-RULE_NEW = "new partition (same axes and names)"
-RULE_CONSUME = "remove one (ragged axis: dense result)"
 
 
 # --- per-segment references -------------------------------------------------------------------
@@ -444,8 +441,6 @@ OPS = [
         ragged.take,
         take_reference,
         take_samples,
-        "indexing",
-        RULE_TAKE,
         errors=TAKE_ERRORS,
     ),
     OpInfo(
@@ -453,8 +448,6 @@ OPS = [
         ragged.take,
         take_reference,
         take_raise_samples,
-        "indexing",
-        RULE_TAKE,
         compile=False,  # mode="raise" reads one flag back
         variant="raise",
     ),
@@ -463,33 +456,27 @@ OPS = [
         ragged.filter,
         lambda segment, mask: segment[mask],
         filter_samples,
-        "indexing",
-        RULE_NEW,
         compile=False,
         data_dependent=True,
         errors=FILTER_ERRORS,
     ),
-    OpInfo("pad", ragged.pad, pad_reference, pad_samples, "indexing", RULE_NEW, errors=PAD_ERRORS),
+    OpInfo("pad", ragged.pad, pad_reference, pad_samples, errors=PAD_ERRORS),
     OpInfo(
         "truncate",
         ragged.truncate,
         lambda segment, max_len: segment[:max_len],
         truncate_samples,
-        "indexing",
-        RULE_NEW,
         compile=False,
         data_dependent=True,
         errors=TRUNCATE_ERRORS,
     ),
-    OpInfo("first", ragged.first, _end_reference(False), end_samples, "indexing", RULE_CONSUME),
-    OpInfo("last", ragged.last, _end_reference(True), end_samples, "indexing", RULE_CONSUME),
+    OpInfo("first", ragged.first, _end_reference(False), end_samples),
+    OpInfo("last", ragged.last, _end_reference(True), end_samples),
     OpInfo(
         "RaggedArray.__getitem__",
         getitem,
         getitem_reference,
         _getitem_samples(*INNER_INDICES),
-        "indexing",
-        "keep all (inner axes): the same partition",
         variant="inner",
         errors=GETITEM_ERRORS,
     ),
@@ -498,8 +485,6 @@ OPS = [
         getitem,
         getitem_reference,
         _getitem_samples(*SLICE_INDICES),
-        "indexing",
-        RULE_NEW,
         compile=False,
         data_dependent=True,
         variant="slice",
@@ -509,8 +494,6 @@ OPS = [
         getitem,
         getitem_reference,
         _getitem_samples(*ROW_INDICES),
-        "indexing",
-        RULE_CONSUME,
         variant="row",
     ),
     OpInfo(
@@ -518,8 +501,6 @@ OPS = [
         getitem,
         ragged_index_reference,
         ragged_index_samples,
-        "indexing",
-        RULE_TAKE,
         compile=False,  # boolean flags: data-dependent size
         data_dependent=True,
         variant="ragged_index",

@@ -11,9 +11,6 @@ import ragged
 
 from . import ErrorCase, OpInfo, PerSegment, Sample, ragged_randn, randn
 
-RULE = "keep all"
-RULE_EINSUM = "keep all (output keeps the ragged subscript); remove one (it drops it)"
-
 
 def _x(lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str, *inner: int):
     return ragged_randn(lengths, inner, gen, dtype, layout)
@@ -84,7 +81,11 @@ X4 = ragged.from_lengths(torch.ones(3, 2, 2), [1, 2])  # (2, [1, 2], 2, 2)
 Y = ragged.array([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0]]])  # (2, [2, 1], 2)
 
 MATMUL_ERRORS = [
-    ErrorCase(lambda: ragged.matmul(X, X), NotImplementedError, ragged.ops._linalg.RAGGED_RIGHT),
+    ErrorCase(
+        lambda: ragged.matmul(X, X),
+        NotImplementedError,
+        f"ragged.matmul: {ragged.ops._linalg._matmul.RAGGED_RIGHT}",
+    ),
     ErrorCase(
         lambda: X @ torch.ones(3, 4),
         ValueError,
@@ -224,8 +225,6 @@ OPS = [
         ragged.matmul,
         torch.matmul,
         matmul_samples,
-        "linear algebra",
-        RULE,
         errors=MATMUL_ERRORS,
     ),
     OpInfo(
@@ -233,8 +232,6 @@ OPS = [
         ragged.linear,
         F.linear,
         linear_samples,
-        "linear algebra",
-        RULE,
         errors=LINEAR_ERRORS,
     ),
     OpInfo(
@@ -242,8 +239,6 @@ OPS = [
         ragged.einsum,
         einsum_reference,
         einsum_samples,
-        "linear algebra",
-        RULE_EINSUM,
         errors=EINSUM_ERRORS,
     ),
 ]

@@ -9,10 +9,8 @@ import torch.nn.functional as F
 
 import ragged
 
-from . import ErrorCase, OpInfo, Sample, ragged_randn, randn
+from . import ErrorCase, OpInfo, Sample, axis_errors, ragged_randn, randn
 from .reductions import NAMES, segment_dims
-
-RULE = "keep all"
 
 
 def _softmax_reference(log: bool) -> Any:
@@ -80,24 +78,12 @@ def _norm_samples(rms: bool) -> Any:
 
 
 def _axis_errors(op: Any, name: str) -> list[ErrorCase]:
-    x = ragged.array([[1.0, 2.0], [3.0]])
-    func = f"ragged.{name}"
     return [
-        ErrorCase(
-            lambda: op(x, axis=0),
-            ValueError,
-            f"{func}: `axis` cannot be the batch axis (segments differ in length), got 0.",
-        ),
-        ErrorCase(lambda: op(x, axis=3), ValueError, f"{func}: `axis` must be in [-2, 2), got 3."),
+        *axis_errors(op, name, out_of_range=3),
         ErrorCase(
             lambda: op(ragged.array([[1, 2]]), axis=1),
             TypeError,
-            f"{func}: `x` must have a floating-point dtype, got torch.int64.",
-        ),
-        ErrorCase(
-            lambda: op(x.values, axis=1),
-            TypeError,
-            f"{func}: `x` must be a RaggedArray, got Tensor.",
+            f"ragged.{name}: `x` must have a floating-point dtype, got torch.int64.",
         ),
     ]
 
@@ -163,8 +149,6 @@ OPS = [
         ragged.softmax,
         _softmax_reference(log=False),
         _softmax_samples,
-        "normalisation",
-        RULE,
         errors=_axis_errors(ragged.softmax, "softmax"),
         long_segment=True,
     ),
@@ -173,8 +157,6 @@ OPS = [
         ragged.log_softmax,
         _softmax_reference(log=True),
         _softmax_samples,
-        "normalisation",
-        RULE,
         errors=_axis_errors(ragged.log_softmax, "log_softmax"),
         long_segment=True,
     ),
@@ -183,8 +165,6 @@ OPS = [
         ragged.layer_norm,
         _layer_norm_reference,
         _norm_samples(rms=False),
-        "normalisation",
-        RULE,
         errors=[
             *_norm_errors(ragged.layer_norm, "layer_norm"),
             ErrorCase(
@@ -199,8 +179,6 @@ OPS = [
         ragged.rms_norm,
         _rms_norm_reference,
         _norm_samples(rms=True),
-        "normalisation",
-        RULE,
         errors=_norm_errors(ragged.rms_norm, "rms_norm"),
     ),
     OpInfo(
@@ -208,8 +186,6 @@ OPS = [
         ragged.normalize,
         _normalize_reference,
         _normalize_samples,
-        "normalisation",
-        RULE,
         errors=[
             *_axis_errors(ragged.normalize, "normalize"),
             ErrorCase(

@@ -12,8 +12,6 @@ import ragged
 from . import ErrorCase, OpInfo, Sample, pair_randn, ragged_randn
 
 CATEGORY = "pair maps"
-RULE_ADD = "add one (a second ragged axis)"
-RULE_KEEP = "keep all"
 PAIR_NAMES = ("batch", "i", "j", "feat")
 
 
@@ -226,8 +224,6 @@ OPS = [
         ragged.outer,
         outer_reference,
         outer_samples,
-        CATEGORY,
-        RULE_ADD,
         errors=[
             ErrorCase(
                 lambda: ragged.outer(X, X[:1]),
@@ -241,8 +237,6 @@ OPS = [
         ragged.pair_dot,
         pair_dot_reference,
         pair_dot_samples,
-        CATEGORY,
-        RULE_ADD,
         errors=PAIR_DOT_ERRORS,
     ),
     OpInfo(
@@ -250,25 +244,14 @@ OPS = [
         ragged.pair_matmul,
         pair_matmul_reference,
         pair_matmul_samples,
-        CATEGORY,
-        "remove one (the second ragged axis is contracted)",
         errors=PAIR_MATMUL_ERRORS,
     ),
-    OpInfo(
-        "transpose",
-        ragged.transpose,
-        lambda z: z.transpose(0, 1),
-        transpose_samples,
-        CATEGORY,
-        "keep all (the two ragged axes swap)",
-    ),
+    OpInfo("transpose", ragged.transpose, lambda z: z.transpose(0, 1), transpose_samples),
     OpInfo(
         "triangle_multiply",
         ragged.triangle_multiply,
         triangle_reference,
         triangle_samples,
-        CATEGORY,
-        RULE_KEEP,
         errors=TRIANGLE_ERRORS,
     ),
 ]

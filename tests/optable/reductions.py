@@ -1,4 +1,4 @@
-"""Op table entries: reductions (``ragged.ops._reduce``)."""
+"""Op table entries: reductions (``ragged.ops._reductions._reduce``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import torch
 
 import ragged
 
-from . import ErrorCase, OpInfo, Sample, ragged_randn
+from . import ErrorCase, OpInfo, Sample, axis_errors, ragged_randn
 
 NAMES = ("batch", "seq", "feat")
-RULE_REDUCE = "remove one (ragged axis: dense result); keep all (inner axes)"
 
 
 def segment_dims(axis: Any) -> tuple[int, ...]:
@@ -79,25 +78,21 @@ def standard_samples(
     return samples
 
 
+BATCH_REDUCE = (
+    "`axis` cannot reduce the batch axis without the ragged axis: segments have different "
+    "lengths, so there is no common row to reduce into (reduce axes (0, 1) together for a "
+    "global reduction, or the ragged axis 1 first), got 0."
+)
+
+
 def errors(op: Any, name: str) -> list[ErrorCase]:
     x = ragged.array([[1.0, 2.0], [3.0]])
-    func = f"ragged.{name}"
     return [
-        ErrorCase(
-            lambda: op(x, axis=0),
-            ValueError,
-            f"{func}: `axis` cannot reduce the batch axis without the ragged axis: segments have different lengths, so there is no common row to reduce into (reduce axes (0, 1) together for a global reduction, or the ragged axis 1 first), got 0.",
-        ),
-        ErrorCase(lambda: op(x, axis=2), ValueError, f"{func}: `axis` must be in [-2, 2), got 2."),
+        *axis_errors(op, name, batch=BATCH_REDUCE),
         ErrorCase(
             lambda: op(x, axis="seq"),
             ValueError,
-            f"{func}: `axis` can be a name only for a named array, got 'seq'.",
-        ),
-        ErrorCase(
-            lambda: op(x.values, axis=1),
-            TypeError,
-            f"{func}: `x` must be a RaggedArray, got Tensor.",
+            f"ragged.{name}: `axis` can be a name only for a named array, got 'seq'.",
         ),
     ]
 
@@ -135,8 +130,6 @@ def entry(name: str, fn: Any, empty: Any, *, float_only: bool = True, **kw: Any)
         op,
         reduction_reference(fn, empty),
         samples,
-        "reduction",
-        RULE_REDUCE,
         errors=errs,
         **kw,
     )
@@ -189,8 +182,6 @@ OPS = [
             lambda x, ord=o, **kw: ragged.norm(x, ord, **kw),
             reduction_reference(_norm(o), 0.0),
             standard_samples(),
-            "reduction",
-            RULE_REDUCE,
             gradgrad=o not in (1, math.inf),
             long_segment=True,
             variant=f"ord{o}",
@@ -262,8 +253,6 @@ for _name, _largest in (("argmax", True), ("argmin", False)):
             getattr(ragged, _name),
             _arg_reference(_largest),
             _arg_samples,
-            "reduction",
-            "remove one",
             grad=False,
             gradgrad=False,
             forward_ad=False,
@@ -276,3 +265,30 @@ for _name, _largest in (("argmax", True), ("argmin", False)):
             ],
         )
     )
+
+
+def _count_samples(
+    lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    x = ragged_randn(lengths, (3,), gen, dtype, layout)
+    return [Sample("rows", (x,)), Sample("named", (x.rename(*NAMES),))]
+
+
+OPS.append(
+    OpInfo(
+        "count",
+        ragged.count,
+        lambda segment: torch.tensor(segment.shape[0]),
+        _count_samples,
+        grad=False,
+        gradgrad=False,
+        forward_ad=False,
+        errors=[
+            ErrorCase(
+                lambda: ragged.count(torch.ones(2)),
+                TypeError,
+                "ragged.count: `x` must be a RaggedArray, got Tensor.",
+            )
+        ],
+    )
+)

@@ -118,8 +118,6 @@ OPS = [
         ragged.sample_mask,
         mask_reference,
         row_samples,
-        "sampling",
-        "keep all",
         # The draw does not depend on the values, and torch.func.vmap refuses random ops in its
         # default randomness="error" mode: vmap over values needs randomness="same".
         vmap=False,
@@ -138,8 +136,6 @@ OPS = [
         ragged.sample,
         sample_reference,
         row_samples,
-        "sampling",
-        "new partition",
         vmap=False,  # as above
         # torch.func.hessian vmaps the draw, which vmap's default randomness="error" refuses;
         # the selection is piecewise constant, so its second derivative is zero anyway.
@@ -159,8 +155,6 @@ OPS = [
         ragged.sample_balanced,
         balanced_reference,
         label_samples,
-        "sampling",
-        "keep all",
         # The draw does not depend on the values, and torch.func.vmap refuses random ops in its
         # default randomness="error" mode: vmap over values needs randomness="same".
         vmap=False,

@@ -1,4 +1,4 @@
-"""Op table entries: scans (``ragged.ops._scan``)."""
+"""Op table entries: scans (``ragged.ops._scans``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ import torch
 
 import ragged
 
-from . import ErrorCase, OpInfo, Sample, ragged_randn
+from . import ErrorCase, OpInfo, Sample, axis_errors, ragged_randn
 from .reductions import NAMES, segment_dims
-
-RULE = "keep all"
 
 
 def _cummax(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -83,12 +81,7 @@ def errors(op: Any, name: str) -> list[ErrorCase]:
     x = ragged.array([[1.0, 2.0], [3.0]])
     func = f"ragged.{name}"
     return [
-        ErrorCase(
-            lambda: op(x, axis=0),
-            ValueError,
-            f"{func}: `axis` cannot be the batch axis (segments differ in length), got 0.",
-        ),
-        ErrorCase(lambda: op(x, axis=2), ValueError, f"{func}: `axis` must be in [-2, 2), got 2."),
+        *axis_errors(op, name),
         ErrorCase(
             lambda: op(x, axis=(1,)),
             TypeError,
@@ -102,9 +95,6 @@ def errors(op: Any, name: str) -> list[ErrorCase]:
             TypeError,
             f"{func}: `exclusive` must be a bool, got NoneType.",
         ),
-        ErrorCase(
-            lambda: op(x.values), TypeError, f"{func}: `x` must be a RaggedArray, got Tensor."
-        ),
     ]
 
 
@@ -116,8 +106,6 @@ def entry(name: str, fn: Any, identity: Any, **kw: Any) -> OpInfo:
         op,
         scan_reference(fn, identity),
         kw.pop("samples", scan_samples()),
-        "scan",
-        RULE,
         errors=errs,
         **kw,
     )

@@ -17,8 +17,6 @@ import ragged
 from . import ErrorCase, OpInfo, Sample, ragged_randn
 from .combine import NAMES, segment_dim
 
-RULE_KEEP = "keep all"
-RULE_NEW = "new partition (ragged axis: min(k, L) per segment); keep all (inner axis)"
 NO_GRAD = {"grad": False, "gradgrad": False, "forward_ad": False}
 
 
@@ -216,8 +214,6 @@ OPS = [
         ragged.sort,
         _sort_reference(indices=False),
         sort_samples(ties=False),
-        "sorting",
-        RULE_KEEP,
         errors=_errors("sort"),
     ),
     OpInfo(
@@ -225,8 +221,6 @@ OPS = [
         ragged.sort,
         _sort_reference(indices=False),
         sort_samples(ties=True),
-        "sorting",
-        RULE_KEEP,
         variant="ties",
         **NO_GRAD,
     ),
@@ -235,8 +229,6 @@ OPS = [
         ragged.argsort,
         _sort_reference(indices=True),
         sort_samples(ties=True),
-        "sorting",
-        RULE_KEEP,
         errors=_errors("argsort"),
         **NO_GRAD,
     ),
@@ -245,8 +237,6 @@ OPS = [
         ragged.topk,
         _topk_reference(stable_ties=False),
         topk_samples(ties=False),
-        "sorting",
-        RULE_NEW,
         compile=False,  # the output size depends on the lengths: one documented sync
         data_dependent=True,
         errors=_errors("topk"),
@@ -256,8 +246,6 @@ OPS = [
         ragged.topk,
         _topk_reference(stable_ties=True),
         topk_samples(ties=True),
-        "sorting",
-        RULE_NEW,
         compile=False,
         data_dependent=True,
         variant="ties",
@@ -268,8 +256,6 @@ OPS = [
         ragged.unique_consecutive,
         _unique_reference,
         unique_samples,
-        "sorting",
-        "new partition (shorter segments); inverse keeps x's partition",
         vmap=False,  # the output size depends on the values
         compile=False,
         data_dependent=True,

@@ -1,0 +1,308 @@
+"""The public API, declared once.
+
+Every public op is declared by ``op`` next to its implementation: its public name, family,
+axis rule, the kinds of arguments it takes and the ``torch`` functions and ``Tensor`` methods it
+corresponds to. Every other public name (classes, factories, converters, transforms, the
+``ragged.nn``/``ragged.data``/... namespaces) is declared by ``public`` with its docs
+section. From these declarations come:
+
+* ``ragged.<name>`` and ``ragged.ops.__all__``: ``ragged/ops/__init__.py`` is generated from the
+  registry (``python tools/generate.py``; a test checks that it is current), so type checkers
+  see static re-exports;
+* the error context: ops pass *themselves* to ``ragged._errors``, which names them as
+  registered (``ragged.sum: ...``), so no message carries a hand-typed name;
+* ``docs/api.md`` (the support matrix) and the reference pages and their navigation
+  (``tools/generate.py``);
+* the coverage tests (``tests/test_registry.py``): a public callable that is not declared, or a
+  declared op without an op-table entry, fails the suite.
+
+``@public`` returns its object unchanged. ``@op`` returns the function itself when the op checks
+its arguments' version counters on its own hot path (``checks=True``: the elementwise ops, the
+reductions, normalisations, scans and sorts, whose drivers check after their fast-path dispatch),
+and otherwise a thin wrapper that checks every RaggedArray argument before the call (in eager
+mode only; ``ragged._versions``: RaggedArrays are immutable, and an in-place edit of their
+tensors raises instead of giving wrong results).
+
+>>> import ragged
+>>> spec = ragged._registry.lookup(ragged.sum)
+>>> spec.qualname, spec.family, spec.rule.kind, [a.name for a in spec.args]
+('ragged.sum', 'reductions', 'remove', ['x', 'axis', 'keepdims', 'fill_value'])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from ._axes import AxisRule
+from ._versions import check_unchanged
+
+__all__ = [
+    "FAMILIES",
+    "SECTIONS",
+    "Arg",
+    "Entry",
+    "OpSpec",
+    "entries",
+    "get",
+    "lookup",
+    "op",
+    "ops",
+    "public",
+]
+
+T = TypeVar("T")
+
+# Op families, in docs order: key -> (title, one-line description).
+FAMILIES: dict[str, tuple[str, str]] = {
+    "elementwise": ("Elementwise", "Operators and pointwise functions; the partition is kept."),
+    "reductions": ("Reductions", "Sums, extrema, statistics and logical reductions."),
+    "normalization": ("Normalisation", "Softmax and the layer, RMS and segment norms."),
+    "scans": ("Scans", "Exact cumulative ops within each segment."),
+    "sorting": ("Sorting", "Sort, argsort, top-k and run deduplication within segments."),
+    "indexing": ("Indexing", "Take, filter, pad, truncate; `x[...]` on every axis."),
+    "combining": ("Combining", "Concatenate, stack and split arrays."),
+    "linalg": ("Linear algebra", "Matrix products with dense weights, and einsum."),
+    "attention": ("Attention", "Variable-length scaled dot-product attention."),
+    "pairs": ("Pair maps", "Per-segment outer products and pair-map algebra."),
+    "sampling": ("Sampling", "Random rows within each segment."),
+}
+
+# Sections for the other public names, in docs order: key -> (title, one-line description).
+SECTIONS: dict[str, tuple[str, str]] = {
+    "arrays": ("Arrays and partitions", "The RaggedArray type, its partition and its shape."),
+    "constructors": ("Constructors", "Validating factories from lists, lengths, offsets, ..."),
+    "conversions": ("Conversions", "To padded tensors, masks, lists and nested tensors."),
+    "transforms": ("Transforms", "map, vmap, reduce, collectives, compile and export."),
+    "interop": ("Interoperability", "Other libraries' ragged formats."),
+    "nn": ("ragged.nn", "Modules for RaggedArrays."),
+    "data": ("ragged.data", "Collation, batch samplers and the micro-batch planner."),
+    "distributed": ("ragged.distributed", "Collectives and sharding on torch.distributed."),
+    "testing": ("ragged.testing", "Comparison and compile checks for tests."),
+}
+
+# The argument kinds an op may declare (``args="x: ragged, axis: axes?"``; ``?`` = optional).
+KINDS = {
+    "ragged": "a RaggedArray",
+    "operand": "a RaggedArray, a tensor that broadcasts, or a number",
+    "arrays": "a sequence of RaggedArrays",
+    "tensor": "a dense tensor",
+    "index": "indices: a RaggedArray or a tensor of ints",
+    "axis": "one axis: an int or a name",
+    "axes": "an axis, a tuple of axes, or None for all",
+    "int": "an int",
+    "sizes": "an int or a sequence of ints",
+    "number": "a number",
+    "bool": "a bool",
+    "str": "a string",
+    "callable": "a callable",
+    "generator": "a torch.Generator",
+    "any": "see the docstring",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One declared argument: its parameter name, kind (see ``KINDS``) and whether optional."""
+
+    name: str
+    kind: str
+    optional: bool
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Entry:
+    """A public name: ``namespace.name`` is ``obj``, documented in ``section``."""
+
+    name: str
+    namespace: str
+    obj: Any
+    section: str
+
+    @property
+    def qualname(self) -> str:
+        """The name users write, e.g. ``ragged.sum``."""
+        return f"{self.namespace}.{self.name}"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OpSpec(Entry):
+    """A public op (``section`` is its family).
+
+    Attributes:
+        rule: its axis-name rule (``ragged._axes``).
+        args: the declared arguments, in signature order.
+        torch: the ``torch`` functions it corresponds to (``torch.sum``, ``F.softmax``, ...).
+        methods: the ``Tensor`` method names it corresponds to (``"sum"``, ...).
+    """
+
+    rule: AxisRule = dataclasses.field(default=None)  # type: ignore[assignment]
+    args: tuple[Arg, ...] = ()
+    torch: tuple[Any, ...] = ()
+    methods: tuple[str, ...] = ()
+
+    @property
+    def family(self) -> str:
+        """The op's family (a key of ``FAMILIES``)."""
+        return self.section
+
+
+_ENTRIES: dict[str, Entry] = {}
+
+
+def _parse_args(name: str, fn: Callable[..., Any], schema: str) -> tuple[Arg, ...]:
+    args = []
+    for item in filter(None, (s.strip() for s in schema.split(","))):
+        arg, _, kind = (s.strip() for s in item.partition(":"))
+        optional = kind.endswith("?")
+        kind = kind.rstrip("?")
+        if kind not in KINDS:
+            raise ValueError(f"{name}: unknown argument kind {kind!r} for {arg!r}")
+        args.append(Arg(arg.lstrip("*"), kind, optional))
+    params = [p for p in inspect.signature(fn).parameters]
+    if [a.name for a in args] != params:
+        raise ValueError(f"{name}: declared arguments {[a.name for a in args]} != {params}")
+    return tuple(args)
+
+
+def _register(entry: Entry) -> None:
+    known = _ENTRIES.get(entry.qualname)
+    if known is not None and known.obj is not entry.obj:
+        raise ValueError(f"{entry.qualname} is declared twice")
+    _ENTRIES[entry.qualname] = entry
+    # The error context (ragged._errors.name_of); objects without a __dict__ keep their name.
+    with contextlib.suppress(AttributeError, TypeError):
+        entry.obj.__ragged_name__ = entry.qualname
+
+
+def op(
+    family: str,
+    *,
+    rule: AxisRule,
+    args: str,
+    torch: tuple[Any, ...] = (),
+    methods: tuple[str, ...] = (),
+    name: str | None = None,
+    namespace: str = "ragged",
+    checks: bool = False,
+) -> Callable[[T], T]:
+    """Declare a public op ``ragged.<name>`` (the function's own name by default).
+
+    Args:
+        family: a key of ``FAMILIES``: where it lives in ``ragged/ops/`` and in the docs.
+        rule: its axis-name rule, one of ``ragged._axes``'s rules.
+        args: its arguments as ``"name: kind"`` items (``?`` marks optional ones; see
+            ``KINDS``), checked against the signature when the module loads.
+        torch: the ``torch`` functions it corresponds to.
+        methods: the ``Tensor`` methods it corresponds to.
+        name: the public name, if not the function's.
+        namespace: where users find it: ``ragged`` for functions, ``RaggedArray`` for an op that
+            is only a method (``x[...]``).
+        checks: the op checks its RaggedArray arguments' version counters itself; otherwise
+            the declaration wraps it in a check (see the module docstring).
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown op family {family!r}")
+
+    def declare(fn: T) -> T:
+        public_name = name or fn.__name__  # type: ignore[attr-defined]
+        declared = _parse_args(public_name, fn, args)  # type: ignore[arg-type]
+        obj = fn if checks else _checked(fn, declared)  # type: ignore[arg-type]
+        spec = OpSpec(public_name, namespace, obj, family, rule, declared, torch, methods)
+        _register(spec)
+        return obj  # type: ignore[return-value]
+
+    return declare
+
+
+# Argument kinds that can hold RaggedArrays (``arrays``: a sequence of them).
+_RAGGED_KINDS = frozenset({"ragged", "operand", "index", "arrays", "any"})
+_is_compiling = torch.compiler.is_compiling
+
+
+def _checked(fn: Callable[..., Any], declared: tuple[Arg, ...]) -> Callable[..., Any]:
+    """``fn`` behind a check of its RaggedArray arguments' version counters (eager only)."""
+    params = list(inspect.signature(fn).parameters.values())
+    targets = []  # (position or None for keyword-only, name, is *args)
+    for k, (arg, param) in enumerate(zip(declared, params, strict=True)):
+        if arg.kind not in _RAGGED_KINDS or param.kind is inspect.Parameter.VAR_KEYWORD:
+            continue
+        positional = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
+        star = param.kind is inspect.Parameter.VAR_POSITIONAL
+        targets.append((k if positional or star else None, arg.name, star))
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if not _is_compiling():
+            for position, name, star in targets:
+                if star:
+                    value: Any = args[position:]
+                elif position is not None and position < len(args):
+                    value = args[position]
+                else:
+                    value = kwargs.get(name)
+                _check_value(checked, name, value)
+        return fn(*args, **kwargs)
+
+    return checked
+
+
+def _check_value(func: Any, name: str, value: Any) -> None:
+    if hasattr(value, "_values_version"):  # a RaggedArray (the core cannot import the class)
+        check_unchanged(func, value, names=(name, ""))
+    elif isinstance(value, (list, tuple)):
+        for k, item in enumerate(value):
+            if hasattr(item, "_values_version"):
+                check_unchanged(func, item, names=(f"{name}[{k}]", ""))
+
+
+def public(section: str, *, namespace: str = "ragged", name: str | None = None) -> Callable[[T], T]:
+    """Declare a public name that is not an op (a class, factory, converter or transform).
+
+    Args:
+        section: a key of ``SECTIONS``.
+        namespace: where users import it from (``ragged``, ``ragged.nn``, ...).
+        name: the public name, if not the object's own.
+    """
+    if section not in SECTIONS:
+        raise ValueError(f"unknown docs section {section!r}")
+
+    def declare(obj: T) -> T:
+        _register(Entry(name or obj.__name__, namespace, obj, section))  # type: ignore[attr-defined]
+        return obj
+
+    return declare
+
+
+def entries(namespace: str | None = None) -> list[Entry]:
+    """Every declared name (of one namespace), in declaration order."""
+    return [e for e in _ENTRIES.values() if namespace is None or e.namespace == namespace]
+
+
+def ops() -> list[OpSpec]:
+    """Every declared op, in declaration order."""
+    return [e for e in _ENTRIES.values() if isinstance(e, OpSpec)]
+
+
+def get(qualname: str) -> Any:
+    """The declaration of ``qualname`` (``"ragged.sum"``, ``"RaggedArray.__getitem__"``).
+
+    >>> get("ragged.softmax").family
+    'normalization'
+    """
+    entry = _ENTRIES.get(qualname)
+    if entry is None:
+        raise KeyError(f"{qualname} is not a declared public name")
+    return entry
+
+
+def lookup(obj: Any) -> Any:
+    """The declaration of a public object (an ``OpSpec`` for ops), or ``None``."""
+    name = getattr(obj, "__ragged_name__", None)
+    return None if name is None else _ENTRIES.get(name)

@@ -1,0 +1,1 @@
+"""Linear algebra: ``matmul``/``linear`` with dense operands (``_matmul``) and ``einsum``."""

@@ -1,0 +1,92 @@
+"""Operators, indexing and ``x.mT`` of RaggedArray, installed from one table after the ops load.
+
+The class (``ragged/_array.py``, core) and its ops never import each other: ``ragged`` calls
+``install`` once everything is loaded, as TensorFlow attaches RaggedTensor's operators in
+``ragged_operators.py``. The class declares these methods under ``TYPE_CHECKING`` for type
+checkers; ``tests/test_registry.py`` checks that the two lists agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._array import RaggedArray
+from . import _elementwise as ew
+from ._indexing._getitem import getitem
+from ._linalg._matmul import matmul
+from ._pairs import RaggedTranspose
+
+
+def _reflected(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``other <op> self`` for the reflected operator (``__radd__``: ``add(other, self)``)."""
+
+    def reflected(self: Any, other: Any) -> Any:
+        return fn(other, self)
+
+    return reflected
+
+
+def _positive(self: RaggedArray) -> RaggedArray:
+    return self
+
+
+def _transposed(self: RaggedArray) -> RaggedTranspose:
+    """``x.mT``: only for ``x @ y.mT``, the per-segment pair map ``x_b @ y_b^T``.
+
+    >>> import ragged
+    >>> x = ragged.array([[[1.0, 2.0]], [[0.0, 1.0], [1.0, 0.0]]])
+    >>> (x @ x.mT).shape
+    RaggedShape(2, [1, 2], [[1], [2, 2]])
+    """
+    return RaggedTranspose(self)
+
+
+# Binary operators: dunder name -> op; each gets its reflected form (``__r<name>__``) too.
+BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "add": ew.add,
+    "sub": ew.subtract,
+    "mul": ew.multiply,
+    "truediv": ew.divide,
+    "floordiv": ew.floor_divide,
+    "mod": ew.remainder,
+    "pow": ew.power,
+    "and": ew.bitwise_and,
+    "or": ew.bitwise_or,
+    "xor": ew.bitwise_xor,
+    "matmul": matmul,
+}
+# Comparisons (no reflected forms: Python swaps them itself) and unary operators.
+COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "eq": ew.eq,
+    "ne": ew.ne,
+    "lt": ew.lt,
+    "le": ew.le,
+    "gt": ew.gt,
+    "ge": ew.ge,
+}
+UNARY: dict[str, Callable[[Any], Any]] = {
+    "neg": ew.negative,
+    "abs": ew.abs,
+    "invert": ew.bitwise_not,
+    "pos": _positive,
+}
+
+
+def methods() -> dict[str, Any]:
+    """Every method and property ``install`` adds, by attribute name."""
+    table: dict[str, Any] = {"__getitem__": getitem, "mT": property(_transposed)}
+    for name, binary in BINARY.items():
+        table[f"__{name}__"] = binary
+        table[f"__r{name}__"] = _reflected(binary)
+    for name, compare in COMPARISONS.items():
+        table[f"__{name}__"] = compare
+    for name, unary in UNARY.items():
+        table[f"__{name}__"] = unary
+    return table
+
+
+def install() -> None:
+    """Add the operators, ``__getitem__`` and ``mT`` to RaggedArray (idempotent)."""
+    for name, value in methods().items():
+        setattr(RaggedArray, name, value)

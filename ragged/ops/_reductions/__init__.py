@@ -1,0 +1,1 @@
+"""Reductions: the driver (``_reduce``), sums and extrema, statistics, logical reductions."""
