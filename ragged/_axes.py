@@ -181,7 +181,7 @@ def unify(a: AxisNames | None, b: AxisNames | None, ragged_ndim: tuple[int, int]
     >>> unify(None, ("b", "seq"), (1, 1))
     ('b', 'seq')
     """
-    if a is None or b is None:
+    if a is None or b is None or a == b:  # equal names: a keepdims result, say
         return a if a is not None else b
     na, nb = ragged_ndim
     ragged = a[1 : 1 + na] + tuple(n for n in b[1 : 1 + nb] if n not in a[1 : 1 + na])
@@ -295,24 +295,27 @@ class AxisRule:
         if kind == "index":
             return _indexed(first, call["index"])
         if kind == "insert":
-            return insert(names, call["axis"] % (first.ndim + 1), call.get("name"))
+            axis = call["axis"]
+            position = first.axes.index(axis) if isinstance(axis, str) else axis % (first.ndim + 1)
+            return insert(names, position, call.get("name"))
+        nr = first.ragged_ndim  # pair ops work on the innermost ragged axes
         if kind == "swap":
-            return swap(names, 1, 2)
+            return swap(names, nr - 1, nr)
         other = arrays[1] if len(arrays) > 1 else None
         if kind in ("outer", "pair_dot"):
             assert other is not None
-            if names is None or other.axes is None or names[1] == other.axes[1]:
+            if names is None or other.axes is None or names[nr] == other.axes[nr]:
                 return None
             if kind == "pair_dot":
                 if first.values.dim() != other.values.dim():
                     return None
                 names = names[:-1]
-            return insert(names, 2, other.axes[1])
+            return insert(names, nr + 1, other.axes[nr])
         if kind == "pair_matmul":
             assert other is not None
             if names is None or other.axes is None:
                 return None
-            out = (names[0], names[1], *other.axes[2:])
+            out = (*names[:nr], *other.axes[1 + other.ragged_ndim :])
             return out if len(set(out)) == len(out) else None
         if kind == "contract":
             dense = next(v for k, v in call.items() if k in ("a", "b", "weight") and v is not first)

@@ -4,7 +4,6 @@ lists, static metadata (totals, maximum lengths, partition identity), views, nam
 from __future__ import annotations
 
 import hypothesis.strategies as st
-import pytest
 import torch
 from hypothesis import given
 

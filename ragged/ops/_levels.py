@@ -28,6 +28,8 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._axes import AxisNames
+from .._errors import type_error, typename, value_error
+from .._format import shape_text
 from .._partition import Partition, RowPartition
 
 
@@ -224,3 +226,52 @@ def same_as_previous(x: RaggedArray, axis: int) -> Tensor:
             unequal = unequal.flatten(1).any(1)
         differs = differs.index_add(0, ancestor, unequal.to(torch.int64))
     return same & (differs == 0)
+
+
+def is_multi_level(*arrays: Any) -> bool:
+    """Whether any of ``arrays`` is a RaggedArray with more than one ragged axis."""
+    return any(isinstance(a, RaggedArray) and a.ragged_ndim > 1 for a in arrays)
+
+
+def on_rows(
+    func: Any,
+    arrays: Sequence[tuple[str, Any, int]],
+    call: Any,
+) -> Any:
+    """``call(*views)`` on the last ``depth`` levels of every ``(param, array, depth)``: an op of
+    one-level arrays (or pair maps) run in every row of the axis above them. The arrays must
+    share the levels above their views; arrays that share a partition object share their
+    view's (so ops still see a self-pair as one). The result gets the first array's outer
+    levels back on top.
+    """
+    param, first, depth = arrays[0]
+    if not isinstance(first, RaggedArray) or first.ragged_ndim < depth:
+        raise value_error(
+            func, param, f"must be a RaggedArray with {depth} ragged axes or more", typename(first)
+        )
+    cut = first.ragged_ndim - depth
+    upper = first.partition.levels[:cut]
+    shared: list[tuple[Partition, Partition]] = []  # by identity (no id(): compile guards it)
+    views = []
+    for name, x, d in arrays:
+        if not isinstance(x, RaggedArray):
+            raise type_error(func, name, "must be a RaggedArray", typename(x))
+        levels = x.partition.levels
+        if x.ragged_ndim - d != cut or not all(
+            a is b or a.equals(b) for a, b in zip(upper, levels[:cut], strict=True)
+        ):
+            raise value_error(
+                func,
+                name,
+                f"must have the {cut} outer ragged levels of `{param}` (the op runs in every row "
+                f"of ragged axis {cut})",
+                shape_text(x),
+            )
+        partition = next((v for p, v in shared if p is x.partition), None)
+        if partition is None:
+            partition = Partition(levels[cut:])
+            shared.append((x.partition, partition))
+        names = None if x.axes is None else x.axes[cut:]
+        views.append(RaggedArray(x.values, partition, names))
+    out = call(*views)
+    return View(first, depth, views[0]).wrap(out)

@@ -394,8 +394,8 @@ def topk(
         return x.with_values(_take(x.values, perm)), x.with_values(_ragged_positions(x, dim, perm))
     partition, rows = plan
     perm = perm.index_select(0, rows)
-    values = RaggedArray(_take(x.values, perm), partition, x.axes)
-    return values, RaggedArray(_ragged_positions(x, dim, perm, rows), partition, x.axes)
+    top = RaggedArray(_take(x.values, perm), partition, x.axes)
+    return top, RaggedArray(_ragged_positions(x, dim, perm, rows), partition, x.axes)
 
 
 # --- unique_consecutive -----------------------------------------------------------------------

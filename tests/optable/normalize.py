@@ -10,6 +10,7 @@ import torch.nn.functional as F
 import ragged
 
 from . import ErrorCase, OpInfo, Sample, axis_errors, ragged_randn, randn
+from .nested import column_levels
 from .reductions import NAMES, segment_dims
 
 
@@ -150,6 +151,7 @@ OPS = [
         _softmax_reference(log=False),
         _softmax_samples,
         errors=_axis_errors(ragged.softmax, "softmax"),
+        levels=column_levels(_softmax_reference(log=False), [{}]),
     ),
     OpInfo(
         "log_softmax",
@@ -157,6 +159,7 @@ OPS = [
         _softmax_reference(log=True),
         _softmax_samples,
         errors=_axis_errors(ragged.log_softmax, "log_softmax"),
+        levels=column_levels(_softmax_reference(log=True), [{}]),
     ),
     OpInfo(
         "layer_norm",
@@ -184,6 +187,7 @@ OPS = [
         ragged.normalize,
         _normalize_reference,
         _normalize_samples,
+        levels=column_levels(_normalize_reference, [{}, {"correction": 1}]),
         errors=[
             *_axis_errors(ragged.normalize, "normalize"),
             ErrorCase(

@@ -199,8 +199,13 @@ def slice_plan(
         partition = x.partition if reverse else Partition((*upper, new))
         return partition, source
     if sizes is None:  # a reversal keeps the sizes below: the levels are the input's
-        sizes = [v for j in range(dim, len(levels)) for v in (levels[j].num_children, None)]
+        return gather_items(x, dim, upper, new, source, _unchanged(levels, dim))
     return gather_items(x, dim, upper, new, source, sizes)
+
+
+def _unchanged(levels: Any, dim: int) -> list[int | None]:
+    """The sizes below axis ``dim`` when every entry is kept (maxima unknown: not read)."""
+    return [v for j in range(dim, len(levels)) for v in (levels[j].num_children, None)]
 
 
 def _stats(lengths: Tensor) -> list[Tensor]:

@@ -1,12 +1,12 @@
-"""Indexing ops along the ragged axis: ``take``, ``filter``, ``pad``, ``truncate``, ``first``,
-``last``.
+"""Indexing ops along a ragged axis: ``take`` and ``filter`` (``pad``, ``pad_to``, ``truncate``,
+``first`` and ``last`` are in ``_padding``).
 
 Axis rules (``ragged._axes``): ``take`` with RaggedArray indices gives the **indices'
-partition** (segment ``b`` is ``x_b[indices_b]``); with dense ``(B, *extra)`` indices, and
-``first``/``last``, it **consumes** the ragged axis (a dense result); ``filter``, ``pad`` and
-``truncate`` build a **new partition** with the same axes and names. Ops whose structure does not
-change return the input's partition object (``truncate`` when every segment already fits,
-``filter`` when every row is kept).
+partition** (segment ``b`` is ``x_b[indices_b]``); with dense ``(B, *extra)`` indices it
+**consumes** the ragged axis (a dense result; on a multi-level array one index per row removes
+the axis); ``filter`` builds a **new partition** with the same axes and names, and returns the
+input's partition object when every row is kept. Along an outer ragged axis of a multi-level
+array whole rows move with their subtrees (``ragged.ops._indexing._axis``).
 
 Out-of-range indices (per segment: ``-L_b <= i < L_b`` is in range, negative ``i`` counts from
 the segment's end) follow ``jnp.take``'s modes. ``"fill"`` (the default) gives ``fill_value``:
@@ -15,10 +15,10 @@ NaN for floating dtypes, 0 for integers, False for bool. ``"clip"`` clamps into 
 too. ``"raise"`` checks every index, which reads one flag back (one host sync). ``x[:, i]`` and
 ``first``/``last`` use the ``"fill"`` rule, so ``x[:, 0]`` equals ``ragged.first(x)``.
 
-Host syncs: ``filter`` and ``truncate`` (and per-segment slicing ``x[:, a:b]``) produce a size
-that depends on the data; each reads the new total and maximum length once (one host sync) and
-records the maximum in the new partition. ``take`` (except ``mode="raise"``), ``pad``,
-``first`` and ``last`` are sync-free.
+Host syncs: ``filter`` (and per-segment slicing ``x[:, a:b]``) produce a size that depends on
+the data; each reads the new total and maximum length once (one host sync) and records the
+maximum in the new partition. ``take`` (except ``mode="raise"``) is sync-free along the
+innermost ragged axis; along an outer one it reads the sizes of the rows it moves once.
 """
 
 from __future__ import annotations
@@ -184,6 +184,13 @@ def take(
       partition of ``indices`` (the same object) and the inner shape and names of ``x``; or
     * a dense integer tensor ``(B, *extra)``: the result is dense ``(B, *extra, *inner)``.
 
+    Along ragged axis ``k`` of a multi-level array the positions are per row of axis ``k - 1``
+    (``(B, S*, T*)``, ``axis=2``: tokens of each sentence; ``axis=1``: sentences of each
+    document, moved whole with their tokens): a RaggedArray with ``k`` ragged axes (the first
+    ``k - 1`` those of ``x``), or a dense ``(R,)`` (one per row: the axis goes) or ``(R, K)``,
+    ``R`` the number of rows of axis ``k - 1``. Out of range along an outer axis gives an empty
+    row (along the innermost, ``fill_value``).
+
     Negative indices count from each segment's end. Out-of-range indices follow ``mode``, as
     for ``jnp.take``: ``"fill"`` gives ``fill_value`` (default NaN for floating dtypes, 0 for
     integers, False for bool), ``"clip"`` clamps into the segment, ``"wrap"`` wraps around it
@@ -198,9 +205,9 @@ def take(
     entries get none).
 
     Args:
-        x: the array, ``(B, L*, *inner)``.
+        x: the array, ``(B, L*, *inner)`` or with more ragged axes.
         indices: the positions to pick, as described above.
-        axis: the ragged axis (1) or an inner axis; an int or a name.
+        axis: a ragged axis (default 1) or an inner axis; an int or a name.
         mode: ``"fill"``, ``"clip"``, ``"wrap"`` or ``"raise"``.
         fill_value: the value of filled entries (``mode="fill"``, and empty segments).
 
@@ -215,6 +222,9 @@ def take(
     tensor([[1., 3.],
             [0., 0.],
             [4., 4.]])
+    >>> docs = ragged.array([[[1, 2], [3]], [[4]]])
+    >>> ragged.take(docs, ragged.array([[1, 1], [5]]), axis=1).to_list()
+    [[[3], [3]], [[]]]
     """
     func = take
     _check_array(func, x)
@@ -383,11 +393,11 @@ def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     total, longest, squares = length_stats(counts)  # the one host sync
     if total == x.values.shape[0]:
         return RaggedArray(x.values, x.partition, x.axes)
-    rows = keep.shape[0]
     # Destination of each kept row: its rank among kept rows; dropped rows go to a dump slot.
     destination = torch.where(keep, torch.cumsum(keep, 0) - 1, total)
     source = keep.new_zeros(total + 1, dtype=torch.int64)
-    source = source.index_put((destination,), torch.arange(rows, device=keep.device))[:total]
+    every = torch.arange(keep.shape[0], device=keep.device)
+    source = source.index_put((destination,), every)[:total]
     offsets = torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
     new = RowPartition(offsets, counts, level.row_ids[source], longest, squares)
     partition = Partition((*levels[:-1], new))
