@@ -24,6 +24,7 @@ from tests.optable import OpInfo, Sample, all_ops
 from tests.optable.levels import broadcasts, check_lifted, lifted
 from tests.optable.nested import assert_trees_close, to_tree
 from tests.strategies import nested_lengths
+from tests.test_optable import _check_names, _named
 
 OPS = {op.id: op for op in all_ops()}
 LIFTED = [k for k, op in OPS.items() if op.lift]
@@ -221,3 +222,19 @@ def test_multi_level_compiles_once(op_id: str) -> None:
             rtol=1e-4,
         )
     assert report.graphs == 1
+
+
+@pytest.mark.parametrize("op_id", LEVELS)
+def test_axis_names_follow_the_rule_on_outer_axes(op_id: str) -> None:
+    """The declared axis rule names the results of the outer-axis samples too."""
+    info = OPS[op_id]
+    checked = 0
+    for sample in level_samples(info, SMALL3, 0, "contiguous"):
+        named = Sample(sample.name, tuple(_named(a) for a in sample.args), sample.kwargs)
+        try:
+            out = info.op(*named.call_args(), **named.kwargs)
+        except (TypeError, ValueError, IndexError):
+            continue  # names that do not line up (e.g. a new axis without `name=`)
+        _check_names(info, named, out)
+        checked += 1
+    assert checked or op_id in ("unflatten", "split-concat_roundtrip"), op_id

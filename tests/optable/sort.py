@@ -299,7 +299,7 @@ _UNIQUE_ERRORS = [
     ErrorCase(
         lambda: ragged.unique_consecutive(ragged.array([[[1.0]], [[2.0]]]), axis=2),
         ValueError,
-        "ragged.unique_consecutive: `axis` must be the ragged axis 1 (runs are collapsed within segments), got 2.",
+        "ragged.unique_consecutive: `axis` must be a ragged axis (1 to 1: runs are collapsed within the rows of the axis above), got 2.",
     ),
     ErrorCase(
         lambda: ragged.unique_consecutive(torch.ones(3)),

@@ -72,8 +72,18 @@ def unflatten_samples(
 ) -> list[Sample]:
     x = ragged_randn([2 * n for n in lengths], (3,), gen, dtype, layout)
     return [
-        Sample("pairs", (x, 2), {"axis": 1}),
-        Sample("unchecked", (x, 2), {"axis": -2, "validate": False}),
+        Sample("pairs", (x, 2), {"axis": 1, "validate": False}),
+        Sample("negative_axis", (x, 2), {"axis": -2, "validate": False}),
+        Sample("named", (x.rename(*NAMES), 2), {"axis": "seq", "name": "pair", "validate": False}),
+    ]
+
+
+def unflatten_checked_samples(
+    lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    x = ragged_randn([2 * n for n in lengths], (3,), gen, dtype, layout)
+    return [
+        Sample("checked", (x, 2), {"axis": 1}),
         Sample("named", (x.rename(*NAMES), 2), {"axis": "seq", "name": "pair"}),
     ]
 
@@ -134,12 +144,21 @@ def combinations_samples(
 ) -> list[Sample]:
     x = ragged_randn(lengths, (3,), gen, dtype, layout)
     return [
-        Sample("pairs", (x, 2)),
-        Sample("triples", (x, 3)),
+        Sample("pairs", (x, 2)),  # sizes from the partition's sum(L^2): no read
         Sample("pairs_replacement", (x, 2), {"replacement": True}),
         Sample("single", (x, 1)),
         Sample("named", (x.rename(*NAMES), 2), {"axis": "seq"}),
     ]
+
+
+def combinations_read_samples(
+    lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    x = ragged_randn(lengths, (3,), gen, dtype, layout)
+    unknown = ragged.from_lengths(
+        x.values, torch.tensor(lengths, dtype=torch.int64), validate=False
+    )
+    return [Sample("triples", (x, 3)), Sample("pairs_unknown_squares", (unknown, 2))]
 
 
 def combinations_reference(
@@ -276,6 +295,16 @@ OPS = [
         compile=True,  # the check reads one flag in eager mode only
     ),
     OpInfo(
+        "unflatten",
+        ragged.unflatten,
+        unflatten_reference,
+        unflatten_checked_samples,
+        data_dependent=True,  # the check reads one flag (not under torch.compile)
+        lift=False,
+        levels_reason="the checked variant of the entry above",
+        variant="checked",
+    ),
+    OpInfo(
         "local_index",
         ragged.local_index,
         lambda segment, axis=None: torch.arange(segment.shape[0]),
@@ -292,5 +321,13 @@ OPS = [
         errors=COMBINATIONS_ERRORS,
         levels=combinations_levels,
         levels_compile=False,  # whole rows along an outer axis: their sizes are read
+    ),
+    OpInfo(
+        "combinations",
+        ragged.combinations,
+        combinations_reference,
+        combinations_read_samples,
+        data_dependent=True,  # the output size is read once
+        variant="read",
     ),
 ]
