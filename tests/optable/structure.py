@@ -300,8 +300,6 @@ OPS = [
         unflatten_reference,
         unflatten_checked_samples,
         data_dependent=True,  # the check reads one flag (not under torch.compile)
-        lift=False,
-        levels_reason="the checked variant of the entry above",
         variant="checked",
     ),
     OpInfo(
