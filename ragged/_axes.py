@@ -181,7 +181,7 @@ def unify(a: AxisNames | None, b: AxisNames | None, ragged_ndim: tuple[int, int]
     >>> unify(None, ("b", "seq"), (1, 1))
     ('b', 'seq')
     """
-    if a is None or b is None:
+    if a is None or b is None or a == b:  # equal names: a keepdims result, say
         return a if a is not None else b
     na, nb = ragged_ndim
     ragged = a[1 : 1 + na] + tuple(n for n in b[1 : 1 + nb] if n not in a[1 : 1 + na])
@@ -256,9 +256,11 @@ class AxisRule:
         DENSE
         """
         kind = self.kind
-        if kind == "dense":
-            return DENSE
         first = arrays[0]
+        if kind == "dense":
+            if first.ragged_ndim > 1 and "axis" in call:  # one ragged axis of several goes
+                return remove(first.axes, [normalize_axis("AxisRule", first, call["axis"])])
+            return DENSE
         names = first.axes
         if kind in ("keep", "new"):
             return keep(names)
@@ -277,31 +279,43 @@ class AxisRule:
             axis = normalize_axis("take", first, call.get("axis", 1))
             index = call["indices"]
             if axis <= first.ragged_ndim:
-                return names if index is arrays[-1] and index is not first else DENSE
+                if index is arrays[-1] and index is not first:
+                    return names
+                if first.ragged_ndim == 1:
+                    return DENSE
+                return remove(names, [axis]) if index.dim() == 1 else names
             return remove(names, [axis]) if index.dim() == 0 else names
         if kind == "rows":
-            return None if names is None else names[: 1 + first.ragged_ndim]
+            axis = call.get("axis")
+            last = first.ragged_ndim if axis is None else normalize_axis("rows", first, axis)
+            return None if names is None else names[: 1 + last]
+        if kind == "merge":
+            axis = normalize_axis("flatten", first, call.get("axis", 1))
+            return DENSE if axis == 0 and first.ragged_ndim == 1 else remove(names, [axis])
         if kind == "index":
             return _indexed(first, call["index"])
         if kind == "insert":
-            return insert(names, call["axis"] % (first.ndim + 1), call.get("name"))
+            axis = call["axis"]
+            position = first.axes.index(axis) if isinstance(axis, str) else axis % (first.ndim + 1)
+            return insert(names, position, call.get("name"))
+        nr = first.ragged_ndim  # pair ops work on the innermost ragged axes
         if kind == "swap":
-            return swap(names, 1, 2)
+            return swap(names, nr - 1, nr)
         other = arrays[1] if len(arrays) > 1 else None
         if kind in ("outer", "pair_dot"):
             assert other is not None
-            if names is None or other.axes is None or names[1] == other.axes[1]:
+            if names is None or other.axes is None or names[nr] == other.axes[nr]:
                 return None
             if kind == "pair_dot":
                 if first.values.dim() != other.values.dim():
                     return None
                 names = names[:-1]
-            return insert(names, 2, other.axes[1])
+            return insert(names, nr + 1, other.axes[nr])
         if kind == "pair_matmul":
             assert other is not None
             if names is None or other.axes is None:
                 return None
-            out = (names[0], names[1], *other.axes[2:])
+            out = (*names[:nr], *other.axes[1 + other.ragged_ndim :])
             return out if len(set(out)) == len(out) else None
         if kind == "contract":
             dense = next(v for k, v in call.items() if k in ("a", "b", "weight") and v is not first)
@@ -327,20 +341,40 @@ def _indexed(x: Any, index: Any) -> Any:
     result for one ragged axis), a slice or a 1-D index keeps it, ``...`` stands for full slices.
     """
     items = list(index) if isinstance(index, tuple) else [index]
+    if len(items) == 1 and getattr(items[0], "partition", None) is not None:
+        items = [slice(None)] * max(items[0].ragged_ndim, 1) + items  # x[ragged]: its own axis
     if any(item is Ellipsis for item in items):
         at = items.index(Ellipsis)
         items[at : at + 1] = [slice(None)] * (x.ndim - len(items) + 1)
     items += [slice(None)] * (x.ndim - len(items))
     lead = items[: 1 + x.ragged_ndim]
+    if x.ragged_ndim > 1 and _is_scalar_index(lead[0]):  # x[b, ...]: segment b, then the rest
+        names = None if x.axes is None else x.axes[1:]
+        segment = _Shape(names, x.ragged_ndim - 1, x.ndim - 1)
+        return _indexed(segment, tuple(items[1:])) if len(items) > 1 else names
+    if x.ragged_ndim > 1:
+        dropped = [d for d, item in enumerate(items) if _is_scalar_index(item)]
+        if len([d for d in dropped if 1 <= d <= x.ragged_ndim]) == x.ragged_ndim:
+            return DENSE
+        return remove(x.axes, dropped)
     if any(_is_scalar_index(item) for item in lead) or any(
         getattr(item, "partition", None) is None and getattr(item, "dim", lambda: 1)() > 1
         for item in lead[1:]
     ):
-        return DENSE if x.ragged_ndim == 1 else remove(x.axes, [0])
+        return DENSE
     if any(getattr(item, "partition", None) is None and hasattr(item, "dim") for item in lead[1:]):
         return DENSE  # a dense index on the ragged axis: the same positions in every segment
     dropped = [d for d, item in enumerate(items) if _is_scalar_index(item)]
     return remove(x.axes, dropped)
+
+
+@dataclasses.dataclass
+class _Shape:
+    """What ``_indexed`` reads of an array: its names and numbers of axes."""
+
+    axes: AxisNames | None
+    ragged_ndim: int
+    ndim: int
 
 
 def _is_scalar_index(item: Any) -> bool:
@@ -357,8 +391,12 @@ KEEP = AxisRule("keep", "keep all")
 NEW = AxisRule("new", "keep all names (a new partition: other lengths)")
 UNIFY = AxisRule("unify", "unify (operands line up by name or position)")
 REDUCE = AxisRule("remove", "remove the reduced axes (all ragged axes: a dense result)")
-DENSE_RESULT = AxisRule("dense", "remove the ragged axis (a dense result)")
-TAKE = AxisRule("take", "new partition (the indices'); dense indices give a dense result")
+DENSE_RESULT = AxisRule("dense", "remove the ragged axis (a dense result for one ragged axis)")
+TAKE = AxisRule(
+    "take",
+    "new partition (the indices'); dense indices give a dense result (one ragged axis) or "
+    "remove the axis (0-D per row)",
+)
 STACK = AxisRule("insert", "add one (a new inner axis, named by `name`)")
 OUTER = AxisRule("outer", "add one (the second operand's ragged axis: a pair map)")
 PAIR_DOT = AxisRule("pair_dot", "add one (a pair map), remove the contracted inner axis")
@@ -366,5 +404,6 @@ PAIR_MATMUL = AxisRule("pair_matmul", "remove one (the pair map's second ragged 
 TRANSPOSE = AxisRule("swap", "swap the two ragged axes")
 CONTRACT = AxisRule("contract", "keep all (a 1-D operand removes the axis it contracts)")
 SUBSCRIPTS = AxisRule("subscripts", "by subscript (the output's letters name its axes)")
-ROWS = AxisRule("rows", "remove the inner axes (one entry per row)")
+ROWS = AxisRule("rows", "keep the axes down to `axis` (one entry per row of that axis)")
+FLATTEN = AxisRule("merge", "merge `axis` into the next axis (the merged axis keeps its name)")
 INDEX = AxisRule("index", "an integer index removes its axis; slices and 1-D indices keep it")

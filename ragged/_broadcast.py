@@ -63,6 +63,9 @@ def align(func: Func, a: Any, b: Any) -> Aligned:
         pairs = _positional_outer(func, a, b)
         if pairs is not None:
             return pairs
+        levels = _levels_broadcast(func, a, b)
+        if levels is not None:
+            return levels
         partition = same_partition(func, a, b)
         if a.ndim != b.ndim:
             raise ValueError(
@@ -205,6 +208,53 @@ def _positional_outer(func: Func, a: RaggedArray, b: RaggedArray) -> Aligned | N
     return (right, left, index.partition, None) if swap else (left, right, index.partition, None)
 
 
+def _levels_broadcast(func: Func, a: RaggedArray, b: RaggedArray) -> Aligned | None:
+    """Size-1 ragged axes against a multi-level array (``keepdims`` results broadcast back):
+    either operand may be the smaller one; ``None`` when neither is."""
+    small = _broadcast_rows(a, b)
+    if small is not None:
+        _check_inner(func, a.values.shape[1:], small.shape[1:], a, b)
+        return a.values, small, a.partition, a.axes if a.axes is not None else b.axes
+    small = _broadcast_rows(b, a)
+    if small is not None:
+        _check_inner(func, small.shape[1:], b.values.shape[1:], a, b)
+        return small, b.values, b.partition, b.axes if b.axes is not None else a.axes
+    return None
+
+
+def _broadcast_rows(big: RaggedArray, small: RaggedArray) -> Tensor | None:
+    """``small``'s row for every value row of ``big``, when ``small`` has ``big``'s ragged axes
+    with some of size 1: a unit level (one row, from ``keepdims`` on an outer axis: the entry
+    at the same place below it, columns aligned left) or, for the innermost ones, size-1 inner
+    axes (``keepdims`` on the innermost). The levels above the first size-1 axis must equal
+    ``big``'s (one comparison when not the same objects)."""
+    nb, ns = big.ragged_ndim, small.ragged_ndim
+    extra = nb - ns  # big's innermost ragged axes that small holds as size-1 inner axes
+    if nb < 2 or extra < 0 or small.values.shape[1 : 1 + extra] != (1,) * extra:
+        return None
+    big_levels, small_levels = big.partition.levels, small.partition.levels
+    units = [k for k, level in enumerate(small_levels) if level.unit]
+    if not units and not extra:
+        return None
+    first = units[0] if units else ns
+    if big.num_segments != small.num_segments or not all(
+        p is q or (not p.unit and p.equals(q))
+        for p, q in zip(small_levels[:first], big_levels[:first], strict=True)
+    ):
+        return None
+    # Walk down from the segments: at each of small's levels, the child at big's position
+    # (or the only child of a unit level).
+    node = big.partition.segment_ids()
+    for k, level in enumerate(small_levels):
+        position = big_levels[k].positions()
+        for deeper in big_levels[k + 1 :]:
+            position = position.index_select(0, deeper.row_ids)
+        start = level.offsets.index_select(0, node)
+        node = start if level.unit else start + position
+    values = small.values.reshape(small.values.shape[0], *small.values.shape[1 + extra :])
+    return values.index_select(0, node)
+
+
 def _named_outer(func: Func, a: RaggedArray, b: RaggedArray) -> Aligned:
     """Two one-level arrays whose ragged axes have different names: their pair map."""
     a_axes, b_axes = a.axes or (), b.axes or ()
@@ -226,6 +276,10 @@ def _named_outer(func: Func, a: RaggedArray, b: RaggedArray) -> Aligned:
 
 def _align_named(func: Func, a: RaggedArray, b: RaggedArray) -> Aligned:
     a_axes, b_axes = a.axes or (), b.axes or ()
+    if a_axes == b_axes and a.partition is not b.partition:  # keepdims results line up by name
+        levels = _levels_broadcast(func, a, b)
+        if levels is not None:
+            return levels
     if (
         a.ragged_ndim == b.ragged_ndim == 1
         and a_axes[0] == b_axes[0]

@@ -68,6 +68,10 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "sorting": ("Sorting", "Sort, argsort, top-k and run deduplication within segments."),
     "indexing": ("Indexing", "Take, filter, pad, truncate; `x[...]` on every axis."),
     "combining": ("Combining", "Concatenate, stack and split arrays."),
+    "structure": (
+        "Structure",
+        "Merge and split ragged levels, positions within rows, combinations of rows.",
+    ),
     "linalg": ("Linear algebra", "Matrix products with dense weights, and einsum."),
     "attention": ("Attention", "Variable-length scaled dot-product attention."),
     "pairs": ("Pair maps", "Per-segment outer products and pair-map algebra."),

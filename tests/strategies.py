@@ -74,3 +74,31 @@ def random_tensor(shape, dtype, seed, layout="contiguous"):
     if layout == "transposed":
         return full.permute(*reversed(range(len(shape))))
     return full
+
+
+@st.composite
+def nested_lengths(draw, *, depth=None, max_segments=4, max_length=3):
+    """Nested per-level lengths of a multi-level partition: ``[l0, l1, ...]`` with ``len(l0)``
+    segments and ``len(l[k + 1]) == sum(l[k])``; ``depth`` levels (2 or 3 when ``None``). Empty
+    segments and empty rows at every level occur, and sometimes zero segments."""
+    depth = draw(st.sampled_from([2, 3])) if depth is None else depth
+    levels = [draw(st.lists(st.integers(0, max_length), max_size=max_segments))]
+    for _ in range(depth - 1):
+        levels.append(
+            draw(
+                st.lists(
+                    st.integers(0, max_length), min_size=sum(levels[-1]), max_size=sum(levels[-1])
+                )
+            )
+        )
+    return levels
+
+
+@st.composite
+def multi_level_arrays(draw, *, inner=(2,), dtype=torch.float64, depth=None):
+    """A multi-level RaggedArray ``(B, L1*, ..., *inner)`` with random values (any layout)."""
+    levels = draw(nested_lengths(depth=depth))
+    seed = draw(st.integers(0, 2**31 - 1))
+    layout = draw(st.sampled_from(["contiguous", "strided", "transposed"]))
+    values = random_tensor((sum(levels[-1]), *inner), dtype, seed, layout)
+    return ragged.from_nested_lengths(values, levels)

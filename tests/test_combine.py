@@ -4,7 +4,6 @@ lists, static metadata (totals, maximum lengths, partition identity), views, nam
 from __future__ import annotations
 
 import hypothesis.strategies as st
-import pytest
 import torch
 from hypothesis import given
 
@@ -116,8 +115,11 @@ def test_concat_batch_multi_level() -> None:
     out = ragged.concat([a, b])
     assert out.to_list() == a.to_list() + b.to_list()
     assert out.partition.levels[1].max_length == 3
-    with pytest.raises(NotImplementedError):
-        ragged.concat([a, b], axis=1)
+    c = two_level([1, 1], [2, 0])
+    joined = ragged.concat([a, c], axis=1)  # sentences of each document joined
+    assert joined.to_list() == [[[0.0], [1.0, 2.0, 3.0], [0.0, 1.0]], [[]]]
+    tokens = ragged.concat([a, a], axis=2)  # tokens of each sentence joined
+    assert tokens.to_list() == [[[0.0, 0.0], [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]], []]
 
 
 def test_concat_is_differentiable_in_every_input() -> None:

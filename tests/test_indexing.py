@@ -100,7 +100,7 @@ def test_non_adjacent_inner_tensor_indices_raise():
     assert x[:, :, torch.tensor([0, 1]), torch.tensor([2, 2])].inner_shape == (2, 4)
 
 
-def test_multi_level_arrays_support_inner_and_batch_indexing_only():
+def test_multi_level_arrays_index_every_axis():
     p = Partition(
         (
             RowPartition.from_lengths(torch.tensor([2, 1]), 3, 2),
@@ -111,17 +111,20 @@ def test_multi_level_arrays_support_inner_and_batch_indexing_only():
     assert y[..., 0].partition is p
     assert y[..., 0].to_list() == [[[0.0], [2.0, 4.0]], [[6.0]]]
     assert y[1:, ..., ::-1].to_list() == [[[[7.0, 6.0]]]]
-    for call in (
-        lambda: y[:, 0],
-        lambda: ragged.take(y, torch.zeros(2, 1, dtype=torch.int64)),
-        lambda: ragged.first(y),
-        lambda: ragged.pad(y, 1),
-        lambda: ragged.truncate(y, 1),
-    ):
-        with pytest.raises(
-            NotImplementedError, match=r"2 ragged axes; .*this op supports one ragged axis only"
-        ):
-            call()
+    # y: [[[[0, 1]], [[2, 3], [4, 5]]], [[[6, 7]]]]
+    assert y[:, 0].to_list() == [[[0.0, 1.0]], [[6.0, 7.0]]]  # the first row of each segment
+    assert y[:, :, -1].to_list() == [[[0.0, 1.0], [4.0, 5.0]], [[6.0, 7.0]]]
+    assert ragged.take(y, torch.zeros(2, 1, dtype=torch.int64)).to_list() == [
+        [[[0.0, 1.0]]],
+        [[[6.0, 7.0]]],
+    ]
+    assert ragged.first(y).to_list() == y[:, 0].to_list()
+    assert ragged.pad(y, 1).to_list() == [
+        [[], [[0.0, 1.0]], [[2.0, 3.0], [4.0, 5.0]], []],
+        [[], [[6.0, 7.0]], []],
+    ]
+    assert ragged.truncate(y, 1, axis=2).to_list() == [[[[0.0, 1.0]], [[2.0, 3.0]]], [[[6.0, 7.0]]]]
+    assert y[:, 1:2].to_list() == [[[[2.0, 3.0], [4.0, 5.0]]], []]
 
 
 # --- rows and take ----------------------------------------------------------------------------

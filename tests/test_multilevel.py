@@ -321,3 +321,79 @@ def test_pair_map_softmax_gradients_and_compile():
     ]
     with ragged.dynamic_shapes():
         assert ragged.testing.check_compile(pipeline, batches, backend="aot_eager").graphs == 1
+
+
+# --- every ragged axis: structure-level checks (the op table checks the values) -----------------
+
+
+def test_vmap_gives_each_segment_as_a_ragged_array() -> None:
+    x = ragged.from_nested_lengths(torch.randn(7, 3, dtype=torch.float64), [[2, 0, 1], [3, 1, 3]])
+    seen = []
+
+    def f(segment):
+        seen.append(segment.ragged_ndim)
+        return ragged.softmax(segment, axis=1)
+
+    y = ragged.vmap(f)(x)
+    assert set(seen) == {1} and y.partition is x.partition
+    torch.testing.assert_close(y.values, ragged.softmax(x, axis=2).values)
+    # a dense output per segment, a ragged one over axis 1 (leading size S_b), a new structure
+    total = ragged.vmap(lambda s: s.values.sum(0))(x)
+    torch.testing.assert_close(total, ragged.sum(x, axis=(1, 2)))
+    per_sentence = ragged.vmap(lambda s: ragged.sum(s, axis=1))(x)
+    assert per_sentence.partition.levels[0] is x.partition.levels[0]
+    torch.testing.assert_close(per_sentence.values, ragged.sum(x, axis=2).values)
+    cut = ragged.vmap(lambda s: ragged.truncate(s, 1), method="loop")(x)
+    assert cut.to_list() == ragged.truncate(x, 1, axis=2).to_list()
+    filled = ragged.vmap(lambda s: s.values.sum(0), fill_empty=-1.0)(x)
+    assert filled[1].tolist() == [-1.0, -1.0, -1.0]
+    with pytest.raises(ValueError, match="axis_name"):
+        ragged.vmap(lambda s: s.values.sum(), axis_name="i")(x)
+
+
+def test_export_takes_every_level_as_a_dynamic_input() -> None:
+    x = ragged.from_nested_lengths(torch.randn(7, 3), [[2, 0, 1], [3, 1, 3]])
+    program = ragged.export(lambda a: ragged.softmax(a * 2, axis=1), (x,))
+    y = ragged.from_nested_lengths(torch.randn(9, 3), [[1, 3], [2, 0, 7, 0]])
+    out = program(y)
+    assert out.shape.to_list() == y.shape.to_list()
+    torch.testing.assert_close(out.values, ragged.softmax(y * 2, axis=1).values)
+
+
+def test_keepdims_results_broadcast_back() -> None:
+    x = ragged.from_nested_lengths(torch.randn(7, 2, dtype=torch.float64), [[2, 0, 1], [3, 1, 3]])
+    inner = ragged.sum(x, axis=2, keepdims=True)
+    outer = ragged.sum(x, axis=1, keepdims=True)
+    assert inner.shape.to_list() == [3, [2, 0, 1], 1, 2]
+    assert outer.shape.to_list() == [3, [1, 1, 1], [[3], [0], [3]], 2]
+    centred = x - ragged.mean(x, axis=2, keepdims=True)
+    torch.testing.assert_close(
+        ragged.sum(centred, axis=2).values, torch.zeros(3, 2, dtype=torch.float64)
+    )
+    assert (x - outer).partition is x.partition
+
+
+def test_flatten_and_unflatten_are_inverse_and_copy_nothing() -> None:
+    x = ragged.array([[[1, 2], [3]], [], [[4], [5, 6], []]])
+    flat = ragged.flatten(x, axis=1)
+    assert flat.values is x.values and flat.to_list() == [[1, 2, 3], [], [4, 5, 6]]
+    counts = ragged.local_index(x, axis=2)  # (B, S*, T*) positions; the sizes are the lengths
+    assert counts.to_list() == [[[0, 1], [0]], [], [[0], [0, 1], []]]
+    back = ragged.unflatten(flat, ragged.array([[2, 1], [], [1, 2, 0]]), axis=1)
+    assert back.to_list() == x.to_list() and back.values is x.values
+    named = x.rename("doc", "sent", "tok")
+    assert ragged.flatten(named).axes == ("doc", "tok")
+    sizes = ragged.array([[2, 1], [], [1, 2, 0]])
+    assert ragged.unflatten(ragged.flatten(named), sizes, name="s").axes == ("doc", "s", "tok")
+
+
+def test_pairs_from_a_partition_that_knows_its_squares_read_nothing() -> None:
+    x = ragged.array([[1.0, 2.0, 3.0], [], [4.0, 5.0]])
+    level = x.partition.levels[0]
+    assert level.sum_squares is not None and level.max_length is not None
+    a, b = ragged.combinations(x, 2)
+    assert a.partition is b.partition and a.partition.levels[0].max_length == 3
+    assert (a.to_list(), b.to_list()) == (
+        [[1.0, 1.0, 2.0], [], [4.0]],
+        [[2.0, 3.0, 3.0], [], [5.0]],
+    )

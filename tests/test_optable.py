@@ -13,7 +13,7 @@ from hypothesis import given, settings
 
 import ragged
 from ragged._axes import DENSE
-from tests.optable import OpInfo, PerSegment, Sample, all_ops, is_pair_map, pair_blocks
+from tests.optable import OpInfo, Sample, all_ops, compare_to_reference, num_segments, segment_args
 from tests.strategies import lengths as lengths_strategy
 
 OPS = all_ops()
@@ -24,45 +24,8 @@ ERROR_CASES = [(op, case) for op in OPS for case in op.errors]
 LAYOUTS = ["contiguous", "strided", "transposed"]
 
 
-def _segment_args(sample: Sample, b: int) -> list[Any]:
-    out = []
-    for a in sample.args:
-        if is_pair_map(a):  # segment b of a pair map is its dense block
-            out.append(pair_blocks(a)[b])
-        elif isinstance(a, ragged.RaggedArray):
-            out.append(a.unbind()[b])
-        elif isinstance(a, PerSegment):
-            out.append(a.tensor[b])
-        else:
-            out.append(a)
-    return out
-
-
-def _num_segments(sample: Sample) -> int:
-    return next(a.num_segments for a in sample.args if isinstance(a, ragged.RaggedArray))
-
-
 def check_against_reference(info: OpInfo, sample: Sample) -> None:
-    out = info.op(*sample.call_args(), **sample.kwargs)
-    outs = out if isinstance(out, tuple) else (out,)
-    per_segment = []
-    for b in range(_num_segments(sample)):
-        ref = info.reference(*_segment_args(sample, b), **sample.kwargs)
-        per_segment.append(ref if isinstance(ref, tuple) else (ref,))
-    for k, got in enumerate(outs):
-        expected = [refs[k] for refs in per_segment]
-        if isinstance(got, ragged.RaggedArray):
-            assert got.num_segments == len(expected)
-            assert got.lengths.tolist() == [e.shape[0] for e in expected], sample.name
-            segments = pair_blocks(got) if is_pair_map(got) else got.unbind()
-            for seg, e in zip(segments, expected, strict=True):
-                torch.testing.assert_close(
-                    seg, e, atol=info.atol, rtol=info.rtol, equal_nan=True, check_dtype=True
-                )
-        else:
-            assert got.shape[0] == len(expected), sample.name
-            for row, e in zip(got, expected, strict=True):
-                torch.testing.assert_close(row, e, atol=info.atol, rtol=info.rtol, equal_nan=True)
+    compare_to_reference(info, sample, info.op(*sample.call_args(), **sample.kwargs))
 
 
 def snapshot(sample: Sample) -> list[torch.Tensor]:
@@ -145,8 +108,8 @@ ROUNDING = 2.0**-24  # half an ulp of float32: torch can be that exact by luck
 def _per_segment(info: OpInfo, sample: Sample) -> torch.Tensor:
     """The reference's results for every segment, flattened into one vector."""
     parts = []
-    for b in range(_num_segments(sample)):
-        ref = info.reference(*_segment_args(sample, b), **sample.kwargs)
+    for b in range(num_segments(sample)):
+        ref = info.reference(*segment_args(sample, b), **sample.kwargs)
         parts += [r.reshape(-1) for r in (ref if isinstance(ref, tuple) else (ref,))]
     return torch.cat(parts)
 

@@ -161,12 +161,13 @@ def test_unique_consecutive_does_not_merge_runs_across_segments() -> None:
     assert ragged.unique_consecutive(empty).to_list() == [[], []]
 
 
-def test_multi_level_arrays_are_not_supported_yet() -> None:
+def test_multi_level_arrays_sort_along_either_ragged_axis() -> None:
     level0 = ragged.RowPartition.from_lengths(torch.tensor([2]), 2, 2)
     level1 = ragged.RowPartition.from_lengths(torch.tensor([1, 2]), 3, 2)
-    x = ragged.RaggedArray(torch.arange(3.0), ragged.Partition((level0, level1)))
-    with pytest.raises(NotImplementedError):
-        ragged.sort(x, axis=2)
+    x = ragged.RaggedArray(torch.tensor([3.0, 2.0, 1.0]), ragged.Partition((level0, level1)))
+    assert ragged.sort(x, axis=2).to_list() == [[[3.0], [1.0, 2.0]]]
+    assert ragged.sort(x, axis=1).to_list() == [[[2.0], [3.0, 1.0]]]  # column by column
+    assert ragged.argsort(x, axis=1).to_list() == [[[1], [0, 1]]]
 
 
 def test_sort_compiles_without_syncs() -> None:

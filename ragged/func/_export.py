@@ -22,7 +22,7 @@ import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._errors import multi_level, type_error
+from .._errors import type_error
 from .._partition import Partition, RowPartition
 from .._registry import public
 from ._compile import dynamic_shapes
@@ -34,22 +34,29 @@ def _is_ragged(node: Any) -> bool:
     return isinstance(node, RaggedArray)
 
 
-def _rebuild(values: Tensor, offsets: Tensor, axes: list[str] | None) -> RaggedArray:
-    level = RowPartition.from_offsets(offsets, values.shape[0])
-    return RaggedArray(values, Partition((level,)), tuple(axes) if axes else None)
+def _rebuild(values: Tensor, offsets: list[Tensor], axes: list[str] | None) -> RaggedArray:
+    """A RaggedArray from its values and the offsets of every level (outermost first)."""
+    totals = [o.shape[0] - 1 for o in offsets[1:]] + [values.shape[0]]
+    levels = tuple(RowPartition.from_offsets(o, t) for o, t in zip(offsets, totals, strict=True))
+    return RaggedArray(values, Partition(levels), tuple(axes) if axes else None)
 
 
 def _to_tensors(tree: Any) -> tuple[list[Tensor | Any], list[Any]]:
-    """Flatten a pytree with RaggedArrays as (values, offsets) pairs; record names per leaf."""
+    """Flatten a pytree with RaggedArrays as their values and the offsets of every level;
+    record names and numbers of levels per leaf."""
     leaves, _ = pytree.tree_flatten(tree, is_leaf=_is_ragged)
     flat: list[Any] = []
     kinds: list[Any] = []
     for leaf in leaves:
         if isinstance(leaf, RaggedArray):
-            if leaf.ragged_ndim != 1:
-                raise multi_level(export, "args", leaf)
-            flat += [leaf.values, leaf.offsets]
-            kinds.append({"ragged": True, "axes": list(leaf.axes) if leaf.axes else None})
+            flat += [leaf.values, *(level.offsets for level in leaf.partition.levels)]
+            kinds.append(
+                {
+                    "ragged": True,
+                    "axes": list(leaf.axes) if leaf.axes else None,
+                    "levels": leaf.ragged_ndim,
+                }
+            )
         else:
             flat.append(leaf)
             kinds.append({"ragged": False})
@@ -60,7 +67,12 @@ def _from_tensors(flat: list[Any], kinds: list[Any]) -> list[Any]:
     it = iter(flat)
     out = []
     for kind in kinds:
-        out.append(_rebuild(next(it), next(it), kind["axes"]) if kind["ragged"] else next(it))
+        if kind["ragged"]:
+            values = next(it)
+            offsets = [next(it) for _ in range(kind.get("levels", 1))]
+            out.append(_rebuild(values, offsets, kind["axes"]))
+        else:
+            out.append(next(it))
     return out
 
 
@@ -97,7 +109,9 @@ class RaggedExportedProgram:
         """Run on RaggedArrays (and other arguments) of any batch size."""
         leaves, spec = pytree.tree_flatten(args, is_leaf=_is_ragged)
         flat, kinds = _to_tensors(leaves)
-        same_kinds = [k["ragged"] for k in kinds] == [k["ragged"] for k in self.in_kinds]
+        same_kinds = [(k["ragged"], k.get("levels")) for k in kinds] == [
+            (k["ragged"], k.get("levels")) for k in self.in_kinds
+        ]
         if spec != self.in_spec or not same_kinds:
             raise TypeError("RaggedExportedProgram: arguments differ from the exported ones.")
         outputs = self.program.module()(*flat)
@@ -118,11 +132,12 @@ class RaggedExportedProgram:
 def export(model: Callable[..., Any], args: tuple[Any, ...]) -> RaggedExportedProgram:
     """Export ``model`` for RaggedArray inputs of any batch size, total and maximum length.
 
-    Every RaggedArray argument becomes two graph inputs (values and offsets) with dynamic
-    sizes; the model is traced under [`ragged.dynamic_shapes`][ragged.dynamic_shapes] (no 0/1 specialisation).
-    RaggedArrays in the output come back rebuilt from their values and offsets. Only one ragged
-    axis per array is supported, and ops in the model must not need a host-side maximum length
-    unless the model passes one explicitly (partitions rebuilt in the graph do not know it).
+    Every RaggedArray argument becomes graph inputs with dynamic sizes: its values and the
+    offsets of each ragged level (two for ``(B, L*, ...)``, three for ``(B, S*, T*, ...)``); the
+    model is traced under [`ragged.dynamic_shapes`][ragged.dynamic_shapes] (no 0/1
+    specialisation). RaggedArrays in the output come back rebuilt from their values and
+    offsets. Ops in the model must not need a host-side maximum length unless the model passes
+    one explicitly (partitions rebuilt in the graph do not know it).
 
     Args:
         model: an ``nn.Module`` or function of RaggedArrays and tensors.
@@ -152,7 +167,7 @@ def export(model: Callable[..., Any], args: tuple[Any, ...]) -> RaggedExportedPr
     dims: list[Any] = []
     for kind in in_kinds:
         if kind["ragged"]:
-            dims += [{0: torch.export.Dim.AUTO}, {0: torch.export.Dim.AUTO}]
+            dims += [{0: torch.export.Dim.AUTO}] * (1 + kind["levels"])
         else:
             dims.append(None)
     with dynamic_shapes():

@@ -26,11 +26,12 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import transformed
 from .._broadcast import same_partition
-from .._errors import multi_level, name_of, type_error, typename, value_error
+from .._errors import name_of, type_error, typename, value_error
 from .._partition import Partition
 from .._registry import public
 from ._collectives import _Pass, collective_pass, combine
 from ._prefix import names_leaf, prefix_leaves
+from ._vmap_levels import run_levels
 
 
 @public("transforms")
@@ -124,6 +125,15 @@ def vmap(
     with ``fill_empty``). Outputs whose leading size is the probe's length come back ragged and
     empty, the others dense with ``B`` entries.
 
+    Multi-level arrays: ``f`` sees segment ``b`` of ``(B, S*, T*, *inner)`` as a RaggedArray with
+    one fewer level, ``(S_b, T*, *inner)`` (its sentences are the sub-array's segments). Segments
+    with equal nested lengths run as one ``torch.func.vmap`` call (grouping reads the offsets
+    once). A RaggedArray output that keeps its input's structure comes back with ``x``'s
+    partition; other RaggedArray outputs are stacked into a new array (one segment per call); a
+    tensor output of leading size ``S_b`` becomes ragged over axis 1 when the sizes tell (or with
+    ``out_ragged=True``), else one shape stacks into ``(B, ...)``. ``axis_name`` collectives need
+    one-level arrays.
+
     Returns:
         The mapped function.
 
@@ -204,8 +214,6 @@ class _Call:
             raise value_error(
                 vmap, "args", "must include a RaggedArray mapped with in_axes=0", "none"
             )
-        if first.ragged_ndim != 1:
-            raise multi_level(vmap, "args", first)
         self.first = first
         for leaf, axis in zip(self.leaves, self.axes, strict=True):
             if isinstance(leaf, Tensor) and axis is not None:
@@ -274,6 +282,8 @@ class _Call:
         return stacked[0], stacked[1], list(state.kinds)
 
     def run(self) -> Any:
+        if self.first.ragged_ndim > 1:  # f sees each segment as a RaggedArray
+            return run_levels(self, vmap, RaggedVmapFallbackWarning)
         buckets = _buckets(self.partition, skip_empty=self.fill_empty is not None)
         if not buckets:
             return self._without_segments()

@@ -35,12 +35,13 @@ from ._elementwise import power as power
 from ._elementwise import remainder as remainder
 from ._elementwise import subtract as subtract
 from ._elementwise import where as where
+from ._indexing._padding import first as first
+from ._indexing._padding import last as last
+from ._indexing._padding import pad as pad
+from ._indexing._padding import pad_to as pad_to
+from ._indexing._padding import truncate as truncate
 from ._indexing._take import filter as filter
-from ._indexing._take import first as first
-from ._indexing._take import last as last
-from ._indexing._take import pad as pad
 from ._indexing._take import take as take
-from ._indexing._take import truncate as truncate
 from ._linalg._einsum import einsum as einsum
 from ._linalg._matmul import linear as linear
 from ._linalg._matmul import matmul as matmul
@@ -83,6 +84,10 @@ from ._sorting import argsort as argsort
 from ._sorting import sort as sort
 from ._sorting import topk as topk
 from ._sorting import unique_consecutive as unique_consecutive
+from ._structure import combinations as combinations
+from ._structure import flatten as flatten
+from ._structure import local_index as local_index
+from ._structure import unflatten as unflatten
 
 __all__ = [
     "abs",
@@ -100,6 +105,7 @@ __all__ = [
     "bitwise_not",
     "bitwise_or",
     "bitwise_xor",
+    "combinations",
     "concat",
     "count",
     "count_nonzero",
@@ -112,6 +118,7 @@ __all__ = [
     "eq",
     "filter",
     "first",
+    "flatten",
     "floor_divide",
     "ge",
     "gt",
@@ -119,6 +126,7 @@ __all__ = [
     "layer_norm",
     "le",
     "linear",
+    "local_index",
     "log_softmax",
     "logcumsumexp",
     "logical_and",
@@ -140,6 +148,7 @@ __all__ = [
     "normalize",
     "outer",
     "pad",
+    "pad_to",
     "pair_dot",
     "pair_matmul",
     "power",
@@ -161,6 +170,7 @@ __all__ = [
     "transpose",
     "triangle_multiply",
     "truncate",
+    "unflatten",
     "unique_consecutive",
     "var",
     "where",

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._axes import KEEP
-from .._errors import multi_level, type_error, typename, value_error
+from .._errors import type_error, typename, value_error
 from .._format import shape_text
 from .._partition import RowPartition, tensors_equal
 from .._registry import op
@@ -52,6 +52,8 @@ from ..kernels._attention_tiles import (
     tile_bound,
     tiled_attention,
 )
+from ._attention_levels import attention_levels
+from ._levels import is_multi_level
 
 # Under torch.compile on CPU the eager bucket kernel runs as an opaque custom op (see
 # _attention_op.py: one graph, no unbacked sizes; it reads the lengths from memory when it runs).
@@ -91,6 +93,11 @@ def attention(
     ```text
     out[b] = softmax(q[b] @ k[b]^T * scale + bias[b]) @ v[b]     # per head
     ```
+
+    With more ragged axes (``(B, S*, T*, H, Dh)``: documents -> sentences -> tokens) attention
+    runs within every row of the innermost ragged axis (every sentence), on the same kernels:
+    ``k`` and ``v`` share the levels of ``q`` above the innermost, and a ``bias`` has one more
+    ragged axis than ``q`` (``(B, S*, Tq*, Tk*, H)``, as ``ragged.outer`` of two such arrays).
 
     Args:
         q: queries ``(B, Lq*, H, Dh)``.
@@ -140,6 +147,10 @@ def attention(
     >>> torch.allclose(out[2], ref.transpose(0, 1), atol=1e-6)
     True
     """
+    if is_multi_level(q, k, v):  # within every row of the innermost ragged axis
+        return attention_levels(
+            attention, q, k, v, bias, causal=causal, scale=scale, dropout_p=dropout_p
+        )
     _check_arrays(q, k, v)
     q_level, k_level = q.partition.levels[0], k.partition.levels[0]
     same = q.partition is k.partition
@@ -224,8 +235,6 @@ def _check_arrays(q: Any, k: Any, v: Any) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, RaggedArray):
             raise type_error(attention, name, "must be a RaggedArray", typename(x))
-        if x.ragged_ndim != 1:
-            raise multi_level(attention, name, x)
         if x.values.dim() != 3:
             raise value_error(attention, name, "must have shape (B, L*, H, Dh)", shape_text(x))
         if not x.dtype.is_floating_point:

@@ -24,6 +24,7 @@ one transfer, so that the pieces' values are views of the input's.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,11 +33,11 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._axes import NEW, STACK, UNIFY, AxisNames, check_names, normalize_axis
-from .._errors import Func, multi_level, type_error, typename, value_error
+from .._errors import Func, type_error, typename, value_error
 from .._format import shape_text
 from .._partition import Partition, RowPartition
 from .._registry import op
-from ..kernels._segment import Segments, segment_amax
+from ._levels import gather_items, view
 
 # --- argument checks shared by concat and stack -----------------------------------------------
 
@@ -177,9 +178,7 @@ def concat(arrays: Sequence[RaggedArray], axis: int | str = 0) -> RaggedArray:
         return RaggedArray(first.values, first.partition, names)
     if dim == 0:
         return _concat_batch(items, names)
-    if nr > 1:
-        raise multi_level(func, "arrays", items[0], "along a ragged axis")
-    return _concat_ragged(func, items, names)
+    return _concat_ragged(func, items, names, dim)
 
 
 def _concat_batch(arrays: Sequence[RaggedArray], names: AxisNames | None) -> RaggedArray:
@@ -224,50 +223,90 @@ def _known_one(num: Any) -> bool:
 
 
 def _concat_ragged(
-    func: Func, arrays: Sequence[RaggedArray], names: AxisNames | None
+    func: Func, arrays: Sequence[RaggedArray], names: AxisNames | None, dim: int
 ) -> RaggedArray:
-    """Segment ``b`` of every array joined end to end.
+    """Every row of ragged axis ``dim - 1`` of every array joined end to end along ``dim``.
 
-    Row ``r`` of array ``i`` (in segment ``b``, at position ``r - offsets_i[b]``) goes to
-    ``new_offsets[b] + before_i[b] + r - offsets_i[b]``, where ``before_i`` sums the lengths of
-    the earlier arrays. These destinations form a permutation of the joined rows; its inverse,
-    built with one integer scatter, gathers the joined values into place (an ``index_select``,
-    differentiable under every transform).
+    The rows along ``dim`` are views' segments (the innermost axis: rows of values; an outer
+    axis: whole rows with their subtrees, gathered from the arrays' rows pooled along the batch
+    axis of their views). Sizes are static: no host sync.
     """
-    num = arrays[0].num_segments
-    if any(a.num_segments != num for a in arrays):
+    first = arrays[0]
+    depth = first.ragged_ndim - dim + 1
+    upper = first.partition.levels[: dim - 1]
+    for a in arrays[1:]:
+        if not all(
+            p is q or p.equals(q) for p, q in zip(upper, a.partition.levels[: dim - 1], strict=True)
+        ):
+            raise value_error(
+                func,
+                "arrays",
+                f"must have equal ragged levels above the concatenated axis {dim}",
+                f"shapes {_shapes(arrays)}",
+            )
+    views = [view(a, depth).array for a in arrays]
+    num = views[0].num_segments
+    if any(v.num_segments != num for v in views):
         raise value_error(
             func,
             "arrays",
             "must have the same number of segments to concatenate along the ragged axis",
             f"shapes {_shapes(arrays)}",
         )
-    values = torch.cat([a.values for a in arrays])
-    total = values.shape[0]
-    levels = [a.partition.levels[0] for a in arrays]
+    levels = [v.partition.levels[0] for v in views]
+    same = all(v.partition.levels[0] is levels[0] for v in views)
+    level, source = _joined(levels, same)
+    if depth == 1:
+        values = torch.cat([v.values for v in views])
+        if source is not None:
+            values = values.index_select(0, source)
+        return RaggedArray(values, Partition((*upper, level)), names)
+    pool = _concat_batch(views, None)
+    if source is None:
+        source = torch.arange(level.num_children, device=pool.device)
+    sizes = []
+    for j in range(1, depth):
+        known = [v.partition.levels[j].max_length for v in views]
+        longest = None if None in known else max(m for m in known if m is not None)
+        sizes += [pool.partition.levels[j].num_children, longest]
+    partition, rows = gather_items(pool, 1, (), level, source, sizes)
+    return RaggedArray(
+        pool.values.index_select(0, rows), Partition((*upper, *partition.levels)), names
+    )
+
+
+def _joined(levels: Sequence[RowPartition], same: bool) -> tuple[RowPartition, Tensor | None]:
+    """The level whose row ``b`` joins row ``b`` of every level end to end, and the source of
+    each joined child among the levels' children concatenated (``None``: in order).
+
+    Child ``r`` of level ``i`` (in row ``b``, at position ``r - offsets_i[b]``) goes to
+    ``new_offsets[b] + before_i[b] + r - offsets_i[b]``, where ``before_i`` sums the lengths of
+    the earlier levels. These destinations form a permutation; its inverse, built with one
+    integer scatter, gathers the joined children into place (an ``index_select``,
+    differentiable under every transform).
+    """
+    num = levels[0].num_rows
+    total = sum(level.num_children for level in levels)
     lengths = levels[0].lengths
     for level in levels[1:]:
         lengths = lengths + level.lengths
-    if _known_one(num):  # one segment: joining it is joining the values
-        partition = Partition.from_lengths(lengths, total, total)
-        return RaggedArray(values, partition, names)
-    same = all(a.partition is arrays[0].partition for a in arrays)
+    if _known_one(num):  # one row: joining it is joining the children
+        return RowPartition.from_lengths(lengths, total, total), None
     known = levels[0].max_length
-    longest = len(arrays) * known if same and known is not None else None
-    level = RowPartition.from_lengths(lengths, total, longest)
-    start = level.offsets[:-1]
+    longest = len(levels) * known if same and known is not None else None
+    joined = RowPartition.from_lengths(lengths, total, longest)
+    start = joined.offsets[:-1]
     shifts = []
     base = 0
     for source in levels:
-        # destination of joined row c = base + r:  c + start[b] - offsets_i[b] - base
+        # destination of joined child c = base + r:  c + start[b] - offsets_i[b] - base
         shift = start - source.offsets[:-1]
         shifts.append(_shifted(shift.index_select(0, source.row_ids), -base))
         start = start + source.lengths
         base += source.num_children
-    rows = torch.arange(total, device=values.device)
+    rows = torch.arange(total, device=lengths.device)
     destination = rows + torch.cat(shifts)
-    source_rows = torch.empty_like(rows).scatter(0, destination, rows)
-    return RaggedArray(values.index_select(0, source_rows), Partition((level,)), names)
+    return joined, torch.empty_like(rows).scatter(0, destination, rows)
 
 
 # --- stack ------------------------------------------------------------------------------------
@@ -385,29 +424,40 @@ def split(x: RaggedArray, sizes: int | Sequence[int]) -> tuple[RaggedArray, ...]
     pieces = _sizes_arg(func, sizes, num)
     if len(pieces) == 1:
         return (x,)
-    if x.ragged_ndim > 1:
-        raise multi_level(func, "x", x)
-    level = x.partition.levels[0]
+    levels = x.partition.levels
     device = x.device
     counts = torch.tensor(pieces, dtype=torch.int64, device=device)
     bounds = torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
-    piece_of = torch.repeat_interleave(
+    piece = torch.repeat_interleave(
         torch.arange(len(pieces), device=device), counts, output_size=num
     )
-    longest = segment_amax(level.lengths, Segments(piece_of, len(pieces), counts), 0)
-    host = torch.cat([level.offsets.index_select(0, bounds), longest]).tolist()  # the one sync
-    starts, maxima = host[: len(pieces) + 1], host[len(pieces) + 1 :]
-    out = []
-    first_segment = 0
-    for i, count in enumerate(pieces):
-        a, b = starts[i], starts[i + 1]
-        s, e = first_segment, first_segment + count
-        part = RowPartition(
-            _shifted(level.offsets[s : e + 1], -a),
-            level.lengths[s:e],
-            _shifted(level.row_ids[a:b], -s),
-            maxima[i],
+    parts = []
+    for level in levels:  # the children bounds and each piece's longest row, level by level
+        longest = level.lengths.new_zeros(len(pieces)).scatter_reduce(
+            0, piece, level.lengths, "amax"
         )
-        out.append(RaggedArray(x.values[a:b], Partition((part,)), x.axes))
-        first_segment = e
-    return tuple(out)
+        bounds = level.offsets.index_select(0, bounds)
+        parts += [bounds, longest]
+        piece = piece.index_select(0, level.row_ids)
+    host = torch.cat(parts).tolist()  # the one sync
+    n = len(pieces)
+    rows = [0, *itertools.accumulate(pieces)]  # segment bounds, on the host already
+    per_piece: list[list[RowPartition]] = [[] for _ in pieces]
+    for j, level in enumerate(levels):
+        at = j * (2 * n + 1)
+        children, maxima = host[at : at + n + 1], host[at + n + 1 : at + 2 * n + 1]
+        for i in range(n):
+            s, e, a, b = rows[i], rows[i + 1], children[i], children[i + 1]
+            per_piece[i].append(
+                RowPartition(
+                    _shifted(level.offsets[s : e + 1], -a),
+                    level.lengths[s:e],
+                    _shifted(level.row_ids[a:b], -s),
+                    maxima[i],
+                )
+            )
+        rows = children
+    return tuple(
+        RaggedArray(x.values[rows[i] : rows[i + 1]], Partition(tuple(per_piece[i])), x.axes)
+        for i in range(n)
+    )

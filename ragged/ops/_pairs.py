@@ -35,6 +35,7 @@ from .._partition import Partition, RowPartition, pair_index
 from .._registry import op
 from ..kernels._pairblocks import PairTiles, assemble, block_matmul, group_blocks, length_groups
 from ..kernels._segment import Segments, segment_sum
+from ._levels import is_multi_level, on_rows
 
 _PAIR_TILE = 16  # pair_dot tiles under torch.compile
 
@@ -82,6 +83,8 @@ def outer(
     RaggedShape(2, [2, 1], [[2, 2], [1]])
     """
     func = outer
+    if is_multi_level(x, y):  # pairs within every row of the innermost ragged axis
+        return on_rows(func, [("x", x, 1), ("y", y, 1)], lambda a, b: outer(a, b, op))
     _one_level(func, "x", x)
     _one_level(func, "y", y)
     if x.num_segments != y.num_segments:
@@ -201,6 +204,9 @@ def pair_dot(x: RaggedArray, y: RaggedArray, *, scale: float | None = None) -> R
     [[[1.0, 0.0], [0.0, 4.0]], [[2.0]]]
     """
     func = pair_dot
+    if is_multi_level(x, y):  # pairs within every row of the innermost ragged axis
+        views = [("x", x, 1), ("y", y, 1)]
+        return on_rows(func, views, lambda a, b: pair_dot(a, b, scale=scale))
     _one_level(func, "x", x)
     _one_level(func, "y", y)
     if x.num_segments != y.num_segments:
@@ -301,6 +307,8 @@ def pair_matmul(p: RaggedArray, v: RaggedArray) -> RaggedArray:
     func = pair_matmul
     if not isinstance(p, RaggedArray):
         raise type_error(func, "p", "must be a RaggedArray", type(p).__name__)
+    if p.ragged_ndim > 2 or is_multi_level(v):  # within every row of the axis above the pairs
+        return on_rows(func, [("p", p, 2), ("v", v, 1)], pair_matmul)
     levels = p.partition.levels
     if len(levels) != 2 or levels[1].columns is None:
         got = f"{len(levels)} ragged axes" if len(levels) != 2 else "a nested partition"
@@ -409,6 +417,9 @@ def triangle_multiply(a: RaggedArray, b: RaggedArray, *, outgoing: bool = True) 
     [[[[2.0], [4.0]], [[-1.0], [-2.0]]], [[[0.0]]]]
     """
     func = triangle_multiply
+    if isinstance(a, RaggedArray) and a.ragged_ndim > 2:  # pair maps of every row above
+        views = [("a", a, 2), ("b", b, 2)]
+        return on_rows(func, views, lambda u, w: triangle_multiply(u, w, outgoing=outgoing))
     _square_pair_map(func, "a", a)
     _square_pair_map(func, "b", b)
     if (
@@ -445,11 +456,13 @@ def _square_pair_map(func: Func, param: str, x: Any) -> None:
 
 
 @op("pairs", rule=TRANSPOSE, args="x: ragged, axis0: int?, axis1: int?")
-def transpose(x: RaggedArray, axis0: int = 1, axis1: int = 2) -> RaggedArray:
+def transpose(x: RaggedArray, axis0: int | None = None, axis1: int | None = None) -> RaggedArray:
     """Swap the two ragged axes of a pair map: ``(B, N*, M*, ...) -> (B, M*, N*, ...)``.
 
     Only product partitions (pair maps) can swap their ragged axes; for a square map the result
-    shares the input's partition object.
+    shares the input's partition object. The axes are the last two ragged axes (by default;
+    ``(1, 2)`` for ``(B, N*, M*)``): with more, ``(B, S*, N*, M*)`` holds a pair map per row of
+    axis 1, and each is transposed.
 
     >>> import ragged, torch
     >>> z = ragged.outer(ragged.array([[1, 2], [3]]), ragged.array([[10, 20, 30], []]))
@@ -459,10 +472,17 @@ def transpose(x: RaggedArray, axis0: int = 1, axis1: int = 2) -> RaggedArray:
     func = transpose
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
-    if sorted((axis0, axis1)) != [1, 2] or x.ragged_ndim != 2:
+    nr = x.ragged_ndim
+    axes = (nr - 1 if axis0 is None else axis0, nr if axis1 is None else axis1)
+    if sorted(axes) != [nr - 1, nr] or nr < 2:
         raise value_error(
-            func, "axis0, axis1", "must be the two ragged axes (1, 2) of a pair map", (axis0, axis1)
+            func,
+            "axis0, axis1",
+            f"must be the last two ragged axes ({nr - 1}, {nr}) of a pair map",
+            (axis0, axis1),
         )
+    if nr > 2:  # a pair map per row of the axis above
+        return on_rows(func, [("x", x, 2)], transpose)
     rows, cells = x.partition.levels
     columns = cells.columns
     if columns is None:

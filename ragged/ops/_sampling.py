@@ -25,29 +25,37 @@ import torch
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._axes import NEW, ROWS
-from .._errors import Func, multi_level, type_error, typename, value_error
+from .._axes import NEW, ROWS, normalize_axis
+from .._errors import Func, type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import op
+from ._indexing._axis import filter_plan, whole_rows
 
 
 def _check_x(func: Func, x: Any, param: str = "x") -> RaggedArray:
     if not isinstance(x, RaggedArray):
         raise type_error(func, param, "must be a RaggedArray", typename(x))
-    if x.ragged_ndim > 1:
-        raise multi_level(func, param, x)
     return x
 
 
-def _check_k(func: Func, k: Any, x: RaggedArray) -> int | Tensor:
-    """``k`` is a non-negative int or an integer tensor of shape ``(B,)`` (or 0-d)."""
+def _axis(func: Func, x: RaggedArray, axis: Any) -> int:
+    dim = normalize_axis(func, x, axis)
+    if not 1 <= dim <= x.ragged_ndim:
+        raise value_error(
+            func, "axis", f"must be a ragged axis (1 to {x.ragged_ndim}, or a name)", repr(axis)
+        )
+    return dim
+
+
+def _check_k(func: Func, k: Any, x: RaggedArray, dim: int = 1) -> int | Tensor:
+    """``k`` is a non-negative int or an integer tensor with one entry per row of axis
+    ``dim - 1`` (``(B,)`` for axis 1), or 0-d."""
     if isinstance(k, Tensor):
+        num = x.partition.levels[dim - 1].num_rows
         if k.dtype.is_floating_point or k.dtype.is_complex or k.dtype == torch.bool:
             raise type_error(func, "k", "must have an integer dtype", k.dtype)
-        if k.dim() > 1 or (k.dim() == 1 and k.shape[0] != x.num_segments):
-            raise value_error(
-                func, "k", f"must be an int or have shape ({x.num_segments},)", tuple(k.shape)
-            )
+        if k.dim() > 1 or (k.dim() == 1 and k.shape[0] != num):
+            raise value_error(func, "k", f"must be an int or have shape ({num},)", tuple(k.shape))
         return k.to(device=x.device, dtype=torch.int64).clamp_min(0)
     if isinstance(k, bool) or not isinstance(k, int):
         raise type_error(
@@ -85,23 +93,39 @@ def _random_ranks(groups: Tensor, starts: Tensor, generator: torch.Generator | N
     return position - starts.index_select(0, groups)
 
 
-@op("sampling", rule=ROWS, args="x: ragged, k: sizes, generator: generator?")
+def _chosen(x: RaggedArray, dim: int, k: int | Tensor, generator: torch.Generator | None) -> Tensor:
+    """The mask of a uniform subset of ``min(k, L)`` entries per row along ragged axis ``dim``."""
+    level = x.partition.levels[dim - 1]
+    rank = _random_ranks(level.row_ids, level.offsets[:-1], generator)
+    return rank < _per_row(k, level.row_ids)
+
+
+@op("sampling", rule=ROWS, args="x: ragged, k: sizes, axis: axis?, generator: generator?")
 def sample_mask(
-    x: RaggedArray, k: int | Tensor, *, generator: torch.Generator | None = None
+    x: RaggedArray,
+    k: int | Tensor,
+    *,
+    axis: int | str = 1,
+    generator: torch.Generator | None = None,
 ) -> RaggedArray:
     """A boolean mask choosing a uniformly random subset of ``min(k, L_b)`` rows per segment.
 
     Every subset of that size is equally likely, independently across segments. Sync-free with
     static shapes (one ``randperm`` and one sort over all rows): it compiles to one graph
-    across batches.
+    across batches. Along another ragged ``axis`` of a multi-level array the subsets are drawn
+    within every row of the axis above: on ``(B, S*, T*)``, ``axis=1`` chooses sentences
+    (a ``(B, S*)`` mask) and ``axis=2`` tokens within each sentence (``(B, S*, T*)``).
 
     Args:
         x: the array whose rows are sampled (only its partition is used).
-        k: rows per segment, an int or an integer tensor of shape ``(B,)`` (negative: 0).
+        k: rows per segment, an int or an integer tensor with one entry per row of the axis
+            above (``(B,)`` for axis 1); negative means 0.
+        axis: the ragged axis to sample along (default 1).
         generator: source of randomness (``None``: the global generator).
 
     Returns:
-        A boolean RaggedArray ``(B, L*)`` with the partition object of ``x``.
+        A boolean RaggedArray with one flag per entry of ``axis``: the partition object of
+        ``x`` for its innermost ragged axis, else its levels down to ``axis``.
 
     >>> import ragged, torch
     >>> x = ragged.from_lengths(torch.arange(7.0), [4, 0, 1, 2])
@@ -111,18 +135,23 @@ def sample_mask(
     """
     func = sample_mask
     x = _check_x(func, x)
-    k = _check_k(func, k, x)
-    level = x.partition.levels[0]
-    rank = _random_ranks(level.row_ids, level.offsets[:-1], generator)
-    chosen = rank < _per_row(k, level.row_ids)
-    return RaggedArray(chosen, x.partition, x.axes[:2] if x.axes is not None else None)
+    dim = _axis(func, x, axis)
+    k = _check_k(func, k, x, dim)
+    chosen = _chosen(x, dim, k, generator)
+    partition = x.partition if dim == x.ragged_ndim else Partition(x.partition.levels[:dim])
+    return RaggedArray(chosen, partition, x.axes[: dim + 1] if x.axes is not None else None)
 
 
-@op("sampling", rule=NEW, args="x: ragged, k: sizes, replace: bool?, generator: generator?")
+@op(
+    "sampling",
+    rule=NEW,
+    args="x: ragged, k: sizes, axis: axis?, replace: bool?, generator: generator?",
+)
 def sample(
     x: RaggedArray,
     k: int | Tensor,
     *,
+    axis: int | str = 1,
     replace: bool = False,
     generator: torch.Generator | None = None,
 ) -> RaggedArray:
@@ -130,10 +159,13 @@ def sample(
 
     Without replacement the rows are those of [`sample_mask`][ragged.sample_mask], in their original order
     within the segment. With replacement each non-empty segment gets ``k`` rows drawn
-    independently and uniformly (in draw order); empty segments stay empty.
+    independently and uniformly (in draw order); empty segments stay empty. Along an outer
+    ragged ``axis`` of a multi-level array the chosen entries are whole rows (sentences with
+    their tokens), drawn within every row of the axis above.
 
     The choice is sync-free; compacting the chosen rows needs the output's total size, which
-    depends on the data: this reads it once (one host sync). The exception: without
+    depends on the data: this reads it once (one host sync; along an outer axis with the
+    sizes below, and with replacement once more for them). The exception: without
     replacement, an int ``k`` and a known ``max_length <= k`` mean every row is chosen, and
     ``x`` itself is returned without touching the device.
 
@@ -141,7 +173,9 @@ def sample(
 
     Args:
         x: the array to sample from.
-        k: rows per segment, an int or an integer tensor of shape ``(B,)`` (negative: 0).
+        k: rows per segment, an int or an integer tensor with one entry per row of the axis
+            above (``(B,)`` for axis 1); negative means 0.
+        axis: the ragged axis to sample along (default 1).
         replace: draw with replacement.
         generator: source of randomness (``None``: the global generator).
 
@@ -158,16 +192,24 @@ def sample(
     """
     func = sample
     x = _check_x(func, x)
-    k = _check_k(func, k, x)
+    dim = _axis(func, x, axis)
+    k = _check_k(func, k, x, dim)
     if not isinstance(replace, bool):
         raise type_error(func, "replace", "must be a bool", typename(replace))
-    level = x.partition.levels[0]
+    levels = x.partition.levels
+    level = levels[dim - 1]
     if replace:
-        return _sample_with_replacement(x, k, generator)
+        return _sample_with_replacement(x, dim, k, generator)
     known = level.max_length
     if isinstance(k, int) and known is not None and known <= k:
         return x
-    chosen = sample_mask(x, k, generator=generator).values
+    chosen = _chosen(x, dim, k, generator)
+    if dim < x.ragged_ndim:
+        plan = filter_plan(x, dim, chosen)
+        if plan is None:
+            return x
+        partition, rows = plan
+        return RaggedArray(x.values.index_select(0, rows), partition, x.axes)
     lengths = (
         torch.minimum(level.lengths, k) if isinstance(k, Tensor) else level.lengths.clamp_max(k)
     )
@@ -178,14 +220,15 @@ def sample(
     rows = torch.arange(chosen.shape[0], device=x.device)
     index = rows.new_zeros(total + 1).scatter(0, slot, rows)[:total]
     max_length = min(k, known) if isinstance(k, int) and known is not None else None
-    partition = Partition((RowPartition.from_lengths(lengths, total, max_length),))
-    return RaggedArray(x.values.index_select(0, index), partition, x.axes)
+    new = RowPartition.from_lengths(lengths, total, max_length)
+    return RaggedArray(x.values.index_select(0, index), Partition((*levels[:-1], new)), x.axes)
 
 
 def _sample_with_replacement(
-    x: RaggedArray, k: int | Tensor, generator: torch.Generator | None
+    x: RaggedArray, dim: int, k: int | Tensor, generator: torch.Generator | None
 ) -> RaggedArray:
-    level = x.partition.levels[0]
+    levels = x.partition.levels
+    level = levels[dim - 1]
     lengths = torch.where(level.lengths > 0, k, 0)
     total = int(lengths.sum())  # the one host sync: the output size depends on the data
     # total = k * (non-empty segments), so min(k, total) is k, or 0 for no draws (sym_min: no
@@ -198,7 +241,11 @@ def _sample_with_replacement(
     # floor(u * L) is uniform on 0 .. L - 1; the clamp guards the rounding of u * L up to L.
     offset = torch.minimum((draw * size).to(torch.int64), size - 1)
     index = level.offsets.index_select(0, segment) + offset
-    return RaggedArray(x.values.index_select(0, index), Partition((out_level,)), x.axes)
+    if dim < x.ragged_ndim:  # whole rows: their sizes below are read once more
+        partition, rows = whole_rows(x, dim, levels[: dim - 1], out_level, index, None)
+        return RaggedArray(x.values.index_select(0, rows), partition, x.axes)
+    partition = Partition((*levels[:-1], out_level))
+    return RaggedArray(x.values.index_select(0, index), partition, x.axes)
 
 
 @op(
@@ -224,8 +271,11 @@ def sample_balanced(
 
     Args:
         labels: ``(B, L*)`` integers (``>= 1`` positive, ``0`` negative, ``< 0`` ignored) or
-            booleans (True positive, False negative).
-        k: rows per segment, an int or an integer tensor of shape ``(B,)``.
+            booleans (True positive, False negative). With more ragged axes (``(B, S*, T*)``)
+            the rows of the innermost one are balanced within every row of the axis above
+            (tokens within each sentence): a label belongs to an entry of that axis only.
+        k: rows per segment, an int or an integer tensor of shape ``(B,)`` (one entry per row
+            of the axis above the innermost).
         positive_fraction: the share of ``k`` reserved for positives, in ``[0, 1]`` (default 0.5).
         generator: source of randomness (``None``: the global generator).
 
@@ -250,7 +300,7 @@ def sample_balanced(
             "must have shape (B, L*) (one label per row)",
             f"inner shape {tuple(values.shape[1:])}",
         )
-    k = _check_k(func, k, labels)
+    k = _check_k(func, k, labels, labels.ragged_ndim)
     if positive_fraction is None:
         # The default lives here, not in the signature: torch.compile lifts a float default as
         # a graph input and reads it back with .item().
@@ -264,7 +314,7 @@ def sample_balanced(
     else:
         positive, negative = values >= 1, values == 0
     # Class 0 positive, 1 negative, 2 ignored; rank rows within (segment, class) groups.
-    level = labels.partition.levels[0]
+    level = labels.partition.levels[-1]  # along the innermost ragged axis
     row_ids = level.row_ids
     cls = torch.where(positive, 0, torch.where(negative, 1, 2))
     groups = row_ids * 3 + cls

@@ -113,8 +113,8 @@ def _scan(
         return RaggedArray(
             _dense_scan(m, x.values, dim - nr, reverse, exclusive), x.partition, x.axes
         )
-    if dim < nr:  # the outer axis of (B, N*, M*): scan each column's entries, in row order
-        return _scan_outer_axis(x, m, reverse, exclusive)
+    if dim < nr:  # an outer axis: scan each column's entries, in row order
+        return _scan_outer_axis(x, dim, m, reverse, exclusive)
     level, max_length = x.partition.levels[-1], x.partition.max_length(nr - 1)
     return RaggedArray(
         _scan_level(m, x.values, level, max_length, reverse, exclusive),
@@ -123,15 +123,18 @@ def _scan(
     )
 
 
-def _scan_outer_axis(x: RaggedArray, m: Any, reverse: bool, exclusive: bool) -> RaggedArray:
-    """Scan over ``i`` of ``(B, N*, M*)``: gather each column ``(b, j)`` into a contiguous run
-    (a stable sort of the column ids keeps row order), scan the runs, scatter back."""
-    grouping = group(x, (1,), exact=False)
+def _scan_outer_axis(
+    x: RaggedArray, dim: int, m: Any, reverse: bool, exclusive: bool
+) -> RaggedArray:
+    """Scan along outer axis ``dim`` (over ``i`` of ``(B, N*, M*)``): gather each column
+    (``(b, j)``) into a contiguous run (a stable sort of the column ids keeps row order), scan
+    the runs, scatter back."""
+    grouping = group(x, (dim,), exact=False)
     ids = grouping.segments.ids
     order = torch.argsort(ids, stable=True)
     runs = RowPartition.from_lengths(grouping.segments.counts, ids.shape[0])
-    # A run has at most one entry per row of its segment: the row count bounds its length.
-    bound = x.partition.max_length(0)
+    # A run has at most one entry per row along the axis: their count bounds its length.
+    bound = x.partition.max_length(dim - 1)
     scanned = _scan_level(m, x.values.index_select(0, order), runs, bound, reverse, exclusive)
     out = torch.empty_like(scanned).index_copy(0, order, scanned)
     return RaggedArray(out, x.partition, x.axes)

@@ -40,11 +40,14 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._axes import KEEP, NEW, normalize_axis
-from .._errors import Func, multi_level, type_error, typename, value_error
+from .._errors import Func, type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import op
 from .._versions import check_unchanged
 from ..kernels._segment import Segments, segment_sum
+from ._grouping import group, positions_along
+from ._indexing._axis import slice_plan
+from ._levels import gather_items, read, same_as_previous, subtree_stats
 
 # Dtypes with an order-preserving integer rank (``_signed_rank``), and its width in bits.
 _WIDTH = {
@@ -178,8 +181,6 @@ def _checked(func: Func, x: Any, axis: int | str) -> int:
         raise value_error(
             func, "axis", "cannot be the batch axis (sort within segments: axis 1)", axis
         )
-    if dim <= x.ragged_ndim and x.ragged_ndim > 1:
-        raise multi_level(func, "x", x, "along a ragged axis")
     return dim
 
 
@@ -188,9 +189,34 @@ def _flag(func: Func, name: str, value: Any) -> None:
         raise type_error(func, name, "must be a bool", typename(value))
 
 
-def _ragged_perm(x: RaggedArray, descending: bool) -> Tensor:
-    level = x.partition.levels[0]
-    return segment_order(_columns(x.values), level.row_ids, level.num_rows, descending)
+def _ragged_perm(x: RaggedArray, dim: int, descending: bool) -> Tensor:
+    """The ``[rows, C]`` permutation that sorts every column along ragged axis ``dim``.
+
+    The innermost axis sorts the rows of the last level. An outer axis sorts the columns of
+    ``ragged.ops._grouping`` (the entries that share their position below the axis): they are
+    made contiguous runs by a stable sort of their ids, sorted, and mapped back.
+    """
+    columns = _columns(x.values)
+    if dim == x.ragged_ndim:
+        level = x.partition.levels[-1]
+        return segment_order(columns, level.row_ids, level.num_rows, descending)
+    segments = group(x, (dim,), exact=False).segments
+    order = torch.argsort(segments.ids, stable=True)
+    runs = segments.ids.index_select(0, order)
+    perm = segment_order(columns.index_select(0, order), runs, segments.num, descending)
+    return torch.empty_like(perm).index_copy(0, order, order[perm])
+
+
+def _ragged_positions(x: RaggedArray, dim: int, perm: Tensor, rows: Tensor | None = None) -> Tensor:
+    """The rows of ``perm`` as positions along ragged axis ``dim`` (``argsort``'s values);
+    ``perm``'s rows are the ``rows`` of the sorted order (default: all)."""
+    if dim == x.ragged_ndim:
+        level = x.partition.levels[-1]
+        starts = level.offsets.index_select(0, level.row_ids)
+        starts = starts if rows is None else starts.index_select(0, rows)
+        return _positions(perm, starts, x.inner_shape)
+    position = positions_along(x.partition, dim)
+    return position[perm].reshape(perm.shape[0], *x.inner_shape)
 
 
 def _take(values: Tensor, perm: Tensor) -> Tensor:
@@ -249,7 +275,7 @@ def sort(
     if dim > x.ragged_ndim:
         out = torch.sort(x.values, dim=dim - x.ragged_ndim, descending=descending, stable=True)
         return x.with_values(out.values)
-    return x.with_values(_take(x.values, _ragged_perm(x, descending)))
+    return x.with_values(_take(x.values, _ragged_perm(x, dim, descending)))
 
 
 @op(
@@ -289,9 +315,7 @@ def argsort(
     if dim > x.ragged_ndim:
         order = torch.argsort(x.values, dim=dim - x.ragged_ndim, descending=descending, stable=True)
         return x.with_values(order)
-    level = x.partition.levels[0]
-    starts = level.offsets.index_select(0, level.row_ids)
-    return x.with_values(_positions(_ragged_perm(x, descending), starts, x.inner_shape))
+    return x.with_values(_ragged_positions(x, dim, _ragged_perm(x, dim, descending)))
 
 
 # --- topk -------------------------------------------------------------------------------------
@@ -353,40 +377,25 @@ def topk(
         values = out.values.narrow(dim - nr, 0, size)
         indices = out.indices.narrow(dim - nr, 0, size)
         return x.with_values(values), x.with_values(indices)
-    level = x.partition.levels[0]
-    known = level.max_length
-    if k == 0:
+    levels = x.partition.levels
+    level = levels[dim - 1]
+    if k == 0 and dim == nr:  # sync-free: every row empty
         empty = RowPartition(
             torch.zeros_like(level.offsets), torch.zeros_like(level.lengths), level.row_ids[:0], 0
         )
-        partition = Partition((empty,))
+        partition = Partition((*levels[:-1], empty))
         values = x.values[:0]
         indices = torch.zeros(values.shape, dtype=torch.int64, device=x.device)
         return RaggedArray(values, partition, x.axes), RaggedArray(indices, partition, x.axes)
-    perm = _ragged_perm(x, largest)
-    starts = level.offsets.index_select(0, level.row_ids)
-    if known is not None and known <= k:  # every segment whole: a full sort
-        return (
-            x.with_values(_take(x.values, perm)),
-            x.with_values(_positions(perm, starts, x.inner_shape)),
-        )
-    lengths = level.lengths.clamp(max=k)
-    total, longest = _sum_and_max(lengths)  # the one host sync
-    new = RowPartition.from_lengths(lengths, total, longest)
-    first = level.offsets.index_select(0, new.row_ids)
-    perm = perm.index_select(0, first + new.positions())
-    partition = Partition((new,))
-    values = _take(x.values, perm)
-    indices = _positions(perm, first, x.inner_shape)
-    return RaggedArray(values, partition, x.axes), RaggedArray(indices, partition, x.axes)
-
-
-def _sum_and_max(lengths: Tensor) -> tuple[int, int]:
-    """``(sum, max)`` of ``lengths`` read back in one transfer (one host sync)."""
-    if lengths.numel() == 0:
-        return 0, 0
-    total, longest = torch.stack([lengths.sum(), lengths.max()]).tolist()
-    return total, longest
+    perm = _ragged_perm(x, dim, largest)
+    # The first k entries along the axis of the sorted array (a full sort when all fit).
+    plan = slice_plan(func, x, dim, None, k, 1)
+    if plan is None:
+        return x.with_values(_take(x.values, perm)), x.with_values(_ragged_positions(x, dim, perm))
+    partition, rows = plan
+    perm = perm.index_select(0, rows)
+    top = RaggedArray(_take(x.values, perm), partition, x.axes)
+    return top, RaggedArray(_ragged_positions(x, dim, perm, rows), partition, x.axes)
 
 
 # --- unique_consecutive -----------------------------------------------------------------------
@@ -432,41 +441,55 @@ def unique_consecutive(
     if not isinstance(x, RaggedArray):
         raise type_error(func, "x", "must be a RaggedArray", typename(x))
     dim = normalize_axis(func, x, axis)
-    if dim != 1:
+    nr = x.ragged_ndim
+    if not 1 <= dim <= nr:
         raise value_error(
-            func, "axis", "must be the ragged axis 1 (runs are collapsed within segments)", axis
+            func,
+            "axis",
+            f"must be a ragged axis (1 to {nr}: runs are collapsed within the rows of the axis "
+            "above)",
+            axis,
         )
     _flag(func, "return_inverse", return_inverse)
     _flag(func, "return_counts", return_counts)
-    if x.ragged_ndim > 1:
-        raise multi_level(func, "x", x)
-    level = x.partition.levels[0]
+    levels = x.partition.levels
+    level = levels[dim - 1]
     values = x.values
-    rows = values.shape[0]
-    data = _columns(values.detach())
-    changed = (data[1:] != data[:-1]).any(dim=1)
-    new_segment = level.row_ids[1:] != level.row_ids[:-1]
-    head = torch.ones(min(rows, 1), dtype=torch.bool, device=values.device)
-    keep = torch.cat([head, changed | new_segment])
-    run = torch.cumsum(keep, 0) - 1  # each row's run, numbered over all segments
+    if dim == nr:  # rows of values: a row starts a run unless it equals the previous one
+        rows = values.shape[0]
+        data = _columns(values.detach())
+        changed = (data[1:] != data[:-1]).any(dim=1)
+        new_row = level.row_ids[1:] != level.row_ids[:-1]
+        head = torch.ones(min(rows, 1), dtype=torch.bool, device=values.device)
+        keep = torch.cat([head, changed | new_row])
+    else:  # whole rows with their subtrees
+        keep = ~same_as_previous(x, dim)
+        rows = keep.shape[0]
     lengths = segment_sum(
         keep.to(torch.int64), Segments(level.row_ids, level.num_rows, level.lengths)
     )
-    total, longest = _sum_and_max(lengths)  # the one host sync
+    items = torch.arange(rows, device=values.device)
+    stats = [lengths.sum(), lengths.max() if lengths.numel() else lengths.new_zeros(())]
+    if dim < nr:
+        stats += subtree_stats(levels, dim, items, keep.to(torch.int64))
+    total, longest, *sizes = read(stats)  # the one host sync
     new = RowPartition.from_lengths(lengths, total, longest)
-    partition = Partition((new,))
     heads = torch.nonzero_static(keep, size=total).squeeze(1)  # size known: no further sync
-    out = RaggedArray(values.index_select(0, heads), partition, x.axes)
+    if dim == nr:
+        partition = Partition((*levels[:-1], new))
+        out = RaggedArray(values.index_select(0, heads), partition, x.axes)
+    else:
+        partition, source = gather_items(x, dim, levels[: dim - 1], new, heads, sizes)
+        out = RaggedArray(values.index_select(0, source), partition, x.axes)
+    names = None if x.axes is None else x.axes[: dim + 1]
     extras: list[RaggedArray] = []
     if return_inverse:
+        run = torch.cumsum(keep, 0) - 1  # each entry's run, numbered over all rows
         inverse = run - new.offsets.index_select(0, level.row_ids)
-        extras.append(RaggedArray(inverse, x.partition, _rows_only(x)))
+        upper = x.partition if dim == nr else Partition(levels[:dim])
+        extras.append(RaggedArray(inverse, upper, names))
     if return_counts:
         ends = torch.cat([heads[1:], heads.new_full((min(total, 1),), rows)])
-        extras.append(RaggedArray(ends - heads, partition, _rows_only(x)))
+        per_run = partition if dim == nr else Partition(partition.levels[:dim])
+        extras.append(RaggedArray(ends - heads, per_run, names))
     return (out, *extras) if extras else out
-
-
-def _rows_only(x: RaggedArray) -> Any:
-    """Names for a per-row result (no inner axes)."""
-    return None if x.axes is None else x.axes[:2]

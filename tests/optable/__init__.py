@@ -34,11 +34,16 @@ class PerSegment:
 
 @dataclasses.dataclass
 class Sample:
-    """One call: ``op(*args, **kwargs)``. ``name`` tells variants apart in test ids."""
+    """One call: ``op(*args, **kwargs)``. ``name`` tells variants apart in test ids.
+
+    Multi-level samples (``OpInfo.levels``) carry ``expected``: the nested reference of the
+    call's result (``tests/optable/nested.py``), computed by loops over the rows.
+    """
 
     name: str
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    expected: Callable[[], Any] | None = None
 
     def call_args(self) -> tuple[Any, ...]:
         return tuple(a.tensor if isinstance(a, PerSegment) else a for a in self.args)
@@ -57,6 +62,9 @@ class ErrorCase:
 # ("contiguous", "strided", "transposed"); it returns the op's variants. The variants' kwargs
 # and inner shapes must not depend on the lengths (compile tests rely on it).
 SampleFn = Callable[[list[int], torch.Generator, torch.dtype, str], list[Sample]]
+# A multi-level sample builder gets nested lengths ``[l0, l1, ...]`` (``ragged.from_nested_lengths``)
+# instead, and returns samples along the outer ragged axes with their nested ``expected``.
+LevelSampleFn = Callable[[list[list[int]], torch.Generator, torch.dtype, str], list[Sample]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +87,15 @@ class OpInfo:
         errors: bad calls and their exact messages.
         atol, rtol: comparison tolerances in float64.
         variant: tells apart entries of one op (e.g. ``norm`` per ``ord``).
+        lift: the samples also run on two- and three-level arrays (``tests/optable/levels.py``):
+            every one-level RaggedArray argument gets outer levels on top, so that its
+            segments are the rows of the innermost ragged axis, and the reference runs on each
+            row; ``False`` (with ``levels_reason``) for ops whose one-level samples are not
+            per-row on a multi-level array.
+        levels: builds samples along outer ragged axes of multi-level arrays.
+        levels_compile: the first ``levels`` sample compiles to one graph across nested
+            batches (default: ``compile and not data_dependent``).
+        levels_reason: why the op has no multi-level samples of its own, or is not lifted.
     """
 
     name: str
@@ -96,6 +113,10 @@ class OpInfo:
     atol: float = 1e-9
     rtol: float = 1e-7
     variant: str = ""
+    lift: bool = True
+    levels: LevelSampleFn | None = None
+    levels_compile: bool | None = None
+    levels_reason: str = ""
 
     @property
     def id(self) -> str:
@@ -190,6 +211,48 @@ def or_empty(
     return reference
 
 
+def segment_args(sample: Sample, b: int) -> list[Any]:
+    """The reference's arguments for segment ``b`` of a one-level sample."""
+    out = []
+    for a in sample.args:
+        if is_pair_map(a):  # segment b of a pair map is its dense block
+            out.append(pair_blocks(a)[b])
+        elif isinstance(a, ragged.RaggedArray):
+            out.append(a.unbind()[b])
+        elif isinstance(a, PerSegment):
+            out.append(a.tensor[b])
+        else:
+            out.append(a)
+    return out
+
+
+def num_segments(sample: Sample) -> int:
+    return next(a.num_segments for a in sample.args if isinstance(a, ragged.RaggedArray))
+
+
+def compare_to_reference(info: OpInfo, sample: Sample, out: Any) -> None:
+    """``out`` (the op's result on ``sample``) against the reference run on every segment."""
+    outs = out if isinstance(out, tuple) else (out,)
+    per_segment = []
+    for b in range(num_segments(sample)):
+        ref = info.reference(*segment_args(sample, b), **sample.kwargs)
+        per_segment.append(ref if isinstance(ref, tuple) else (ref,))
+    for k, got in enumerate(outs):
+        expected = [refs[k] for refs in per_segment]
+        if isinstance(got, ragged.RaggedArray):
+            assert got.num_segments == len(expected)
+            assert got.lengths.tolist() == [e.shape[0] for e in expected], sample.name
+            segments = pair_blocks(got) if is_pair_map(got) else got.unbind()
+            for seg, e in zip(segments, expected, strict=True):
+                torch.testing.assert_close(
+                    seg, e, atol=info.atol, rtol=info.rtol, equal_nan=True, check_dtype=True
+                )
+        else:
+            assert got.shape[0] == len(expected), sample.name
+            for row, e in zip(got, expected, strict=True):
+                torch.testing.assert_close(row, e, atol=info.atol, rtol=info.rtol, equal_nan=True)
+
+
 BATCH_AXIS = "`axis` cannot be the batch axis (segments differ in length), got 0."
 
 
@@ -228,6 +291,7 @@ MODULES = [
     "sample",
     "scan",
     "sort",
+    "structure",
 ]
 
 

@@ -15,6 +15,7 @@ import torch
 import ragged
 
 from . import ErrorCase, OpInfo, Sample, ragged_randn, randn
+from .nested import nested_randn, ragged_axes, random_below, tree, zip_at_depth
 
 NAMES = ("batch", "seq", "feat")
 
@@ -52,6 +53,40 @@ def _concat_samples(
         Sample("inner", (x, narrow), {"axis": 2}),
         Sample("inner_twin", (x, twin), {"axis": -1}),
         Sample("one", (x,), {"axis": 1}),
+    ]
+
+
+def _concat_levels(
+    structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    """Along an outer ragged axis: every row's entries (whole subtrees) joined end to end."""
+    x = nested_randn(structure, (3,), gen, dtype, layout)
+    out = []
+    for axis in ragged_axes(structure):
+        y = random_below(x, axis, gen, dtype)
+        z = random_below(x, axis, gen, dtype)
+
+        def joined(a: int = axis, y: Any = y, z: Any = z) -> Any:
+            pairs = zip_at_depth(tree(x), tree(y), a - 1, lambda p, q: [p, q])
+            both = zip_at_depth(pairs, tree(z), a - 1, lambda pq, r: [*pq[0], *pq[1], *r])
+            return both
+
+        out.append(Sample(f"axis{axis}", (x, y, z), {"axis": axis}, joined))
+        out.append(Sample(f"axis{axis}_self", (x, x), {"axis": axis}, lambda a=axis: _twice(x, a)))
+    return out
+
+
+def _twice(x: ragged.RaggedArray, axis: int) -> Any:
+    return zip_at_depth(tree(x), tree(x), axis - 1, lambda p, q: [*p, *q])
+
+
+def _split_levels(
+    structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    """Splitting the batch axis of a multi-level array and joining the pieces back."""
+    x = nested_randn(structure, (3,), gen, dtype, layout)
+    return [
+        Sample(f"chunks{k}", (x,), {"sizes": k}, expected=lambda: tree(x)) for k in (1, 2, 1000)
     ]
 
 
@@ -230,6 +265,7 @@ OPS = [
         _concat_reference,
         _concat_samples,
         errors=_errors(),
+        levels=_concat_levels,
     ),
     OpInfo(
         "split",
@@ -239,6 +275,7 @@ OPS = [
         compile=False,  # split reads its split points: one documented sync
         data_dependent=True,
         variant="concat_roundtrip",
+        levels=_split_levels,
     ),
     OpInfo("stack", _stack, _stack_reference, _stack_samples),
 ]

@@ -9,6 +9,7 @@ import torch
 import ragged
 
 from . import ErrorCase, OpInfo, PerSegment, Sample, ragged_randn, randn
+from .nested import coordinates, map_coords, nested_randn, tree
 
 
 def binary_samples(*, positive: bool = False, exponent: bool = False) -> Any:
@@ -139,9 +140,43 @@ def tensors(op: Any) -> Any:
     return reference
 
 
+def keepdims_levels(
+    structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    """``x - sum(x, axes, keepdims=True)``: a keepdims result broadcasts back against ``x``
+    (size-1 levels and size-1 inner axes line up with the reduced ragged axes)."""
+    x = nested_randn(structure, (3,), gen, dtype, layout)
+    nr = x.ragged_ndim
+    sets = [(nr,), (1,), tuple(range(1, nr + 1))] + ([(2,), (1, 3)] if nr == 3 else [])
+    out = []
+    for axes in sets:
+        kept = ragged.sum(x, axis=axes, keepdims=True)
+
+        def expected(axes: tuple[int, ...] = axes) -> Any:
+            result = []
+            for segment in tree(x):
+                totals: dict[tuple[int, ...], torch.Tensor] = {}
+                for coords, leaf in coordinates(segment):
+                    if leaf is not None:
+                        key = tuple(c for a, c in enumerate(coords, 1) if a not in axes)
+                        totals[key] = totals.get(key, 0) + leaf
+                result.append(
+                    map_coords(
+                        segment,
+                        lambda c, leaf, t=totals: (
+                            leaf - t[tuple(v for a, v in enumerate(c, 1) if a not in axes)]
+                        ),
+                    )
+                )
+            return result
+
+        out.append(Sample(f"axes{axes}", (x, kept), expected=expected))
+    return out
+
+
 OPS = [
     binary("add", tensors(torch.add)),
-    binary("subtract", tensors(torch.sub)),
+    binary("subtract", tensors(torch.sub), levels=keepdims_levels, levels_compile=False),
     binary("multiply", tensors(torch.mul)),
     binary("divide", tensors(torch.true_divide), samples=binary_samples(positive=True)),
     binary("power", tensors(torch.pow), samples=binary_samples(positive=True, exponent=True)),

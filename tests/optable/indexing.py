@@ -10,6 +10,16 @@ import torch
 import ragged
 
 from . import ErrorCase, OpInfo, PerSegment, Sample, ragged_randn
+from .nested import (
+    along,
+    at_depth,
+    nested_randn,
+    per_row,
+    pick,
+    row_counts,
+    tree,
+    zip_at_depth,
+)
 
 NAMES = ("batch", "seq", "feat")
 
@@ -165,6 +175,26 @@ def pad_reference(segment: torch.Tensor, pad: Any, value: Any = 0) -> torch.Tens
     return torch.cat([full[:before], segment, full[before:]])
 
 
+def pad_to_samples(lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str):
+    x = ragged_randn(lengths, (3,), gen, dtype, layout)
+    return [
+        Sample("clip2", (x, 2), {"clip": True, "value": 7.0}),  # static sizes (compile test)
+        Sample("min2", (x, 2)),
+        Sample("min4_value", (x, 4), {"value": -3.0}),
+        Sample("zero", (x, 0)),
+        Sample("named", (x.rename(*NAMES), 3)),
+    ]
+
+
+def pad_to_reference(
+    segment: torch.Tensor, length: int, value: Any = 0, clip: bool = False
+) -> torch.Tensor:
+    if clip:
+        segment = segment[:length]
+    missing = max(length - segment.shape[0], 0)
+    return torch.cat([segment, segment.new_full((missing, *segment.shape[1:]), value)])
+
+
 def truncate_samples(lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str):
     x = ragged_randn(lengths, (3,), gen, dtype, layout)
     return [Sample(f"len{k}", (x, k)) for k in (0, 1, 3, 100)]
@@ -237,6 +267,218 @@ def ragged_index_reference(segment: torch.Tensor, index: torch.Tensor) -> torch.
     if index.dtype == torch.bool:
         return segment[index]
     return take_reference(segment, index)
+
+
+# --- multi-level samples: along outer ragged axes, whole rows move --------------------------
+
+
+def _row_values(x: ragged.RaggedArray) -> tuple[int, ...]:
+    return tuple(x.values.shape[1:])
+
+
+def _fill_leaf(x: ragged.RaggedArray) -> Any:
+    """The fill of a value row (innermost axis): NaN rows."""
+    return torch.full(_row_values(x), math.nan, dtype=x.dtype)
+
+
+def _outer_axes(x: ragged.RaggedArray) -> list[int]:
+    return list(range(1, x.ragged_ndim))
+
+
+def take_levels(
+    structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    x = nested_randn(structure, (3,), gen, dtype, layout)
+    out = []
+    for axis in _outer_axes(x):
+        counts = row_counts(x, axis, gen)
+        idx = per_row(x, axis, torch.randint(-4, 5, (sum(counts),), generator=gen), counts)
+        for mode in ("fill", "clip", "wrap"):
+            out.append(
+                Sample(
+                    f"axis{axis}_{mode}",
+                    (x, idx),
+                    {"axis": axis, "mode": mode},
+                    expected=lambda a=axis, i=idx, m=mode: zip_at_depth(
+                        tree(x),
+                        tree(i),
+                        a - 1,
+                        lambda items, ix: [pick(items, int(j), m) for j in ix],
+                    ),
+                )
+            )
+        rows = x.partition.levels[axis - 1].num_rows
+        dense = torch.randint(-3, 4, (rows, 2), generator=gen)
+        one = torch.randint(-3, 4, (rows,), generator=gen)
+        out += [
+            Sample(
+                f"axis{axis}_dense",
+                (x, dense),
+                {"axis": axis},
+                expected=lambda a=axis, d=dense: zip_at_depth(
+                    tree(x),
+                    _split(_scalars(d.reshape(-1)), x, a, 2),
+                    a - 1,
+                    lambda items, ix: [pick(items, int(j)) for j in ix],
+                ),
+            ),
+            Sample(
+                f"axis{axis}_one",
+                (x, one),
+                {"axis": axis},
+                expected=lambda a=axis, d=one: zip_at_depth(
+                    tree(x),
+                    _split(_scalars(d), x, a, 1),
+                    a - 1,
+                    lambda items, ix: pick(items, int(ix[0])),
+                ),
+            ),
+        ]
+    return out
+
+
+def _scalars(t: torch.Tensor) -> list[torch.Tensor]:
+    return [torch.tensor(v) for v in t.tolist()]
+
+
+def _split(flat: list[Any], x: ragged.RaggedArray, axis: int, per: int) -> list[Any]:
+    """``per`` entries for every row of axis ``axis - 1``, nested like ``x`` above it."""
+    rows = x.partition.levels[axis - 1].num_rows
+    chunks = [flat[r * per : (r + 1) * per] for r in range(rows)]
+    holder = (
+        ragged.from_nested_lengths(
+            torch.zeros(rows), [level.lengths.tolist() for level in x.partition.levels[: axis - 1]]
+        )
+        if axis > 1
+        else None
+    )
+    if holder is None:
+        return chunks
+    it = iter(chunks)
+    return at_depth(tree(holder), axis - 2, lambda node: [next(it) for _ in node])
+
+
+def filter_levels(
+    structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    x = nested_randn(structure, (3,), gen, dtype, layout)
+    out = []
+    for axis in _outer_axes(x):
+        level = x.partition.levels[axis - 1]
+        flags = torch.rand(level.num_children, generator=gen) > 0.5
+        mask = per_row(x, axis, flags, level.lengths.tolist())
+        out.append(
+            Sample(
+                f"axis{axis}",
+                (x, mask),
+                expected=lambda a=axis, m=mask: zip_at_depth(
+                    tree(x),
+                    tree(m),
+                    a - 1,
+                    lambda items, f: [i for i, k in zip(items, f, strict=True) if k],
+                ),
+            )
+        )
+        keep_all = per_row(x, axis, torch.ones_like(flags), level.lengths.tolist())
+        out.append(Sample(f"axis{axis}_all", (x, keep_all), expected=lambda: tree(x)))
+    return out
+
+
+def _row_op_levels(make: Any) -> Any:
+    """Samples of a whole-row op along each outer axis: ``make(x, axis)`` gives
+    ``(name, args, kwargs, row_fn)`` items; the reference applies ``row_fn`` to every row."""
+
+    def samples(
+        structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+    ) -> list[Sample]:
+        x = nested_randn(structure, (3,), gen, dtype, layout)
+        out = []
+        for axis in _outer_axes(x):
+            for name, args, kwargs, fn in make(x, axis):
+                out.append(
+                    Sample(
+                        f"axis{axis}_{name}",
+                        (x, *args),
+                        kwargs,
+                        lambda a=axis, f=fn: along(x, a, f),
+                    )
+                )
+        return out
+
+    return samples
+
+
+pad_levels = _row_op_levels(
+    lambda x, axis: [
+        ("both", ((1, 2),), {"axis": axis}, lambda items: [[], *items, [], []]),
+        ("after", ((0, 1),), {"axis": axis, "value": 5.0}, lambda items: [*items, []]),
+    ]
+)
+truncate_levels = _row_op_levels(
+    lambda x, axis: [
+        (f"len{k}", (k,), {"axis": axis}, lambda items, k=k: items[:k]) for k in (0, 1, 100)
+    ]
+)
+first_levels = _row_op_levels(
+    lambda x, axis: [("first", (), {"axis": axis}, lambda items: pick(items, 0))]
+)
+last_levels = _row_op_levels(
+    lambda x, axis: [("last", (), {"axis": axis}, lambda items: pick(items, -1))]
+)
+pad_to_levels = _row_op_levels(
+    lambda x, axis: [
+        ("min2", (2,), {"axis": axis}, lambda items: [*items, *[[]] * (2 - len(items))]),
+        (
+            "clip1",
+            (1,),
+            {"axis": axis, "clip": True},
+            lambda items: [*items[:1], *[[]] * (1 - len(items))],
+        ),
+        ("min0", (0,), {"axis": axis}, lambda items: items),
+    ]
+)
+
+
+def getitem_levels(
+    structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    x = nested_randn(structure, (3,), gen, dtype, layout)
+    nr = x.ragged_ndim
+    out = []
+    for axis in _outer_axes(x):
+        lead = (_ALL,) * axis
+        cases = [
+            ("slice", slice(1, None), lambda items: items[1:]),
+            ("reverse", slice(None, None, -1), lambda items: items[::-1]),
+            ("step", slice(-1, None, -2), lambda items: items[-1::-2]),
+            ("int", 0, lambda items: pick(items, 0)),
+            ("last", -1, lambda items: pick(items, -1)),
+            ("tensor", torch.tensor([1, -1]), lambda items: [pick(items, 1), pick(items, -1)]),
+        ]
+        for name, item, fn in cases:
+            out.append(
+                Sample(
+                    f"axis{axis}_{name}",
+                    (x,),
+                    {"index": (*lead, item)},
+                    lambda a=axis, f=fn: along(x, a, f),
+                )
+            )
+    # an outer slice and an innermost row: x[:, 1:, -1] (for three levels x[:, :, 1:, -1])
+    lead = (_ALL,) * (nr - 1)
+
+    def inner_last(items: list[Any]) -> Any:
+        return [pick(row, -1, fill=_fill_leaf(x)) for row in items[1:]]
+
+    out.append(
+        Sample(
+            "outer_slice_inner_int",
+            (x,),
+            {"index": (*lead, slice(1, None), -1)},
+            lambda: along(x, nr - 1, inner_last),
+        )
+    )
+    return out
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -351,6 +593,29 @@ PAD_ERRORS = [
     ),
 ]
 
+PAD_TO_ERRORS = [
+    ErrorCase(
+        lambda: ragged.pad_to(_X, -1),
+        ValueError,
+        "ragged.pad_to: `length` must be non-negative, got -1.",
+    ),
+    ErrorCase(
+        lambda: ragged.pad_to(_X, 2.0),
+        TypeError,
+        "ragged.pad_to: `length` must be an int, got float.",
+    ),
+    ErrorCase(
+        lambda: ragged.pad_to(_X, 2, clip=1),
+        TypeError,
+        "ragged.pad_to: `clip` must be a bool, got int.",
+    ),
+    ErrorCase(
+        lambda: ragged.pad_to(_XN, 2, axis="d"),
+        ValueError,
+        "ragged.pad_to: `axis` must be a ragged axis (1 to 1, or a name), got 'd'.",
+    ),
+]
+
 TRUNCATE_ERRORS = [
     ErrorCase(
         lambda: ragged.truncate(_X, -1),
@@ -442,6 +707,8 @@ OPS = [
         take_reference,
         take_samples,
         errors=TAKE_ERRORS,
+        levels=take_levels,
+        levels_compile=False,  # whole rows along an outer axis: their sizes are read once
     ),
     OpInfo(
         "take",
@@ -459,8 +726,20 @@ OPS = [
         compile=False,
         data_dependent=True,
         errors=FILTER_ERRORS,
+        levels=filter_levels,
     ),
-    OpInfo("pad", ragged.pad, pad_reference, pad_samples, errors=PAD_ERRORS),
+    OpInfo("pad", ragged.pad, pad_reference, pad_samples, errors=PAD_ERRORS, levels=pad_levels),
+    OpInfo(
+        "pad_to",
+        ragged.pad_to,
+        pad_to_reference,
+        pad_to_samples,
+        errors=PAD_TO_ERRORS,
+        levels=pad_to_levels,
+        # min-length padding reads the new total unless every row is known to fit
+        data_dependent=True,
+        levels_compile=False,
+    ),
     OpInfo(
         "truncate",
         ragged.truncate,
@@ -469,9 +748,24 @@ OPS = [
         compile=False,
         data_dependent=True,
         errors=TRUNCATE_ERRORS,
+        levels=truncate_levels,
     ),
-    OpInfo("first", ragged.first, _end_reference(False), end_samples),
-    OpInfo("last", ragged.last, _end_reference(True), end_samples),
+    OpInfo(
+        "first",
+        ragged.first,
+        _end_reference(False),
+        end_samples,
+        levels=first_levels,
+        levels_compile=False,  # a whole row along an outer axis: its sizes are read once
+    ),
+    OpInfo(
+        "last",
+        ragged.last,
+        _end_reference(True),
+        end_samples,
+        levels=last_levels,
+        levels_compile=False,
+    ),
     OpInfo(
         "RaggedArray.__getitem__",
         getitem,
@@ -488,6 +782,7 @@ OPS = [
         compile=False,
         data_dependent=True,
         variant="slice",
+        levels=getitem_levels,
     ),
     OpInfo(
         "RaggedArray.__getitem__",

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 import ragged
 
 from . import ErrorCase, OpInfo, PerSegment, Sample, ragged_randn, randn
+from .nested import leaves, map_leaves, nested_randn, reduce_axes, tree
 
 
 def _x(lengths: list[int], gen: torch.Generator, dtype: torch.dtype, layout: str, *inner: int):
@@ -67,6 +68,69 @@ def einsum_samples(
         Sample("ellipsis", ("bl...d,de->bl...e", x4, randn((3, 4), gen, dtype))),
         Sample(
             "named", ("bld,de->ble", x.rename("batch", "seq", "feat"), randn((3, 4), gen, dtype))
+        ),
+    ]
+
+
+def einsum_levels(
+    structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    """Multi-level operands: one subscript per ragged axis; the dense contraction runs per row
+    and dropped ragged subscripts are summed over (kept axes aligned left)."""
+    x = nested_randn(structure, (3,), gen, dtype, layout)
+    y = x.with_values(randn((x.values.shape[0], 2), gen, dtype))
+    nr = x.ragged_ndim
+    lead = "b" + "ijk"[:nr]
+    w = randn((3, 4), gen, dtype)
+    per_segment = randn((x.num_segments, 3), gen, dtype)
+    segments = list(range(x.num_segments))
+
+    def sums(axes: set[int], fn: Any, shape: tuple[int, ...]) -> Any:
+        def group(rows: list[Any]) -> Any:
+            terms = [fn(c, leaf) for c, leaf in rows]
+            return torch.stack(terms).sum(0) if terms else torch.zeros(shape, dtype=dtype)
+
+        return [reduce_axes(s, nr, axes, group) for s in tree(x)]
+
+    def pairs(b: int) -> Any:  # (coords, x row, y row) of segment b
+        return list(zip(leaves(tree(x)[b]), leaves(tree(y)[b]), strict=True))
+
+    def gram(b: int) -> torch.Tensor:
+        return sum((torch.outer(p, q) for p, q in pairs(b)), torch.zeros(3, 2, dtype=dtype))
+
+    return [
+        Sample(
+            "rowwise",
+            (f"{lead}d,de->{lead}e", x, w),
+            expected=lambda: map_leaves(tree(x), lambda r: r @ w),
+        ),
+        Sample(
+            "rowwise_per_segment",
+            (f"{lead}d,bd->{lead}", x, per_segment),
+            expected=lambda: [
+                map_leaves(seg, lambda r, b=b: r @ per_segment[b])
+                for b, seg in zip(segments, tree(x), strict=True)
+            ],
+        ),
+        Sample(
+            "drop_innermost",
+            (f"{lead}d->{lead[:-1]}d", x),
+            expected=lambda: sums({nr}, lambda c, r: r, (3,)),
+        ),
+        Sample(
+            "drop_outer",
+            (f"{lead}d->b{lead[2:]}d", x),
+            expected=lambda: sums({1}, lambda c, r: r, (3,)),
+        ),
+        Sample(
+            "segment_gram",
+            (f"{lead}d,{lead}e->bde", x, y),
+            expected=lambda: [gram(b) for b in segments],
+        ),
+        Sample(
+            "all_rows",
+            (f"{lead}d,de->e", x, w),
+            expected=lambda: list((x.values @ w).sum(0)),
         ),
     ]
 
@@ -240,5 +304,8 @@ OPS = [
         einsum_reference,
         einsum_samples,
         errors=EINSUM_ERRORS,
+        lift=False,
+        levels=einsum_levels,
+        levels_reason="an equation names every ragged axis: the multi-level samples spell them",
     ),
 ]

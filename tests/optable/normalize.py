@@ -10,6 +10,7 @@ import torch.nn.functional as F
 import ragged
 
 from . import ErrorCase, OpInfo, Sample, axis_errors, ragged_randn, randn
+from .nested import column_levels
 from .reductions import NAMES, segment_dims
 
 
@@ -151,6 +152,7 @@ OPS = [
         _softmax_samples,
         errors=_axis_errors(ragged.softmax, "softmax"),
         long_segment=True,
+        levels=column_levels(_softmax_reference(log=False), [{}]),
     ),
     OpInfo(
         "log_softmax",
@@ -159,6 +161,7 @@ OPS = [
         _softmax_samples,
         errors=_axis_errors(ragged.log_softmax, "log_softmax"),
         long_segment=True,
+        levels=column_levels(_softmax_reference(log=True), [{}]),
     ),
     OpInfo(
         "layer_norm",
@@ -186,6 +189,7 @@ OPS = [
         ragged.normalize,
         _normalize_reference,
         _normalize_samples,
+        levels=column_levels(_normalize_reference, [{}, {"correction": 1}]),
         errors=[
             *_axis_errors(ragged.normalize, "normalize"),
             ErrorCase(

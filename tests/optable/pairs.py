@@ -189,9 +189,10 @@ PAIR_DOT_ERRORS = [
         "ragged.pair_dot: `x` must have an inner axis to contract, got no inner axes.",
     ),
     ErrorCase(
-        lambda: ragged.pair_dot(Z, Z),
+        lambda: ragged.pair_dot(Z, X),
         ValueError,
-        "ragged.pair_dot: `x` must have one ragged axis, got 2 ragged axes.",
+        "ragged.pair_dot: `y` must have the 1 outer ragged levels of `x` (the op runs in every "
+        "row of ragged axis 1), got (2, [2, 1], 1).",
     ),
 ]
 

@@ -11,6 +11,7 @@ import torch
 import ragged
 
 from . import ErrorCase, OpInfo, Sample, axis_errors, ragged_randn
+from .nested import nested_randn, reduce_axes, tree
 
 NAMES = ("batch", "seq", "feat")
 
@@ -78,6 +79,52 @@ def standard_samples(
     return samples
 
 
+def _axis_sets(nr: int) -> list[tuple[int, ...]]:
+    """Reduced axes along outer ragged axes of an ``nr``-level ``(B, ..., D)`` array."""
+    inner = nr + 1
+    sets = [(1,), (1, inner), tuple(range(1, nr + 1))]
+    if nr == 3:
+        sets += [(2,), (1, 2), (1, 3), (2, 3), (2, inner)]
+    return sets
+
+
+def reduction_levels(
+    reference: Any, *, fill: Any = -3.0, extra: dict[str, Any] | None = None, inputs: str = "float"
+) -> Any:
+    """Reductions over sets of ragged axes with an outer one: the nested reference reduces
+    every group (the rows that agree on the kept coordinates, kept axes aligned left) with the
+    one-level ``reference``."""
+    extra = extra or {}
+
+    def samples(
+        structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+    ) -> list[Sample]:
+        x = nested_randn(structure, (3,), gen, dtype, layout)
+        if inputs != "float":
+            x = x.with_values((x.values * 1.5).round().clamp(-1, 1))
+        nr = x.ragged_ndim
+        out = []
+        for axes in _axis_sets(nr):
+            ragged_axes = {a for a in axes if a <= nr}
+            dims = (1, *[a - nr + 1 for a in axes if a > nr])  # the same axes of one group
+            kw = {"axis": axes, **extra}
+            if fill is not None and axes == (1,):
+                kw["fill_value"] = fill
+
+            def group(rows: list[Any], dims: Any = dims, kw: Any = kw) -> Any:
+                stacked = torch.stack([r for _, r in rows]) if rows else x.values[:0]
+                call = {k: v for k, v in kw.items() if k != "axis"}
+                return reference(stacked, axis=dims, **call)
+
+            def expected(ragged_axes: Any = ragged_axes, group: Any = group) -> Any:
+                return [reduce_axes(s, nr, ragged_axes, group) for s in tree(x)]
+
+            out.append(Sample(f"axes{axes}", (x,), kw, expected=expected))
+        return out
+
+    return samples
+
+
 BATCH_REDUCE = (
     "`axis` cannot reduce the batch axis without the ragged axis: segments have different "
     "lengths, so there is no common row to reduce into (reduce axes (0, 1) together for a "
@@ -125,12 +172,17 @@ def entry(name: str, fn: Any, empty: Any, *, float_only: bool = True, **kw: Any)
     op = getattr(ragged, name)
     errs = errors(op, name) + ([float_error(op, name)] if float_only else [])
     samples = kw.pop("samples", standard_samples())
+    reference = reduction_reference(fn, empty)
+    levels = reduction_levels(reference, **kw.pop("levels", {}))
     return OpInfo(
         name,
         op,
-        reduction_reference(fn, empty),
+        reference,
         samples,
         errors=errs,
+        levels=levels,
+        # A kept axis after a reduced one (axis 1 of a nested array) reads the result's sizes.
+        levels_compile=False,
         **kw,
     )
 
@@ -166,6 +218,7 @@ OPS = [
         lambda t, d, k, correction=1: torch.var(t, d, correction=correction, keepdim=k),
         math.nan,
         samples=standard_samples(extra={"correction": 0}),
+        levels={"extra": {"correction": 0}},
         variant="correction0",
         long_segment=True,
     ),
@@ -175,6 +228,7 @@ OPS = [
         math.nan,
         samples=standard_samples(extra={"correction": 0}),
         long_segment=True,
+        levels={"extra": {"correction": 0}},
     ),
     *[
         OpInfo(
@@ -185,6 +239,8 @@ OPS = [
             gradgrad=o not in (1, math.inf),
             long_segment=True,
             variant=f"ord{o}",
+            levels=reduction_levels(reduction_reference(_norm(o), 0.0)),
+            levels_compile=False,
         )
         for o in (2, 1, math.inf, 3)
     ],
@@ -195,6 +251,7 @@ OPS = [
         float_only=False,
         grad=False,
         samples=standard_samples(fill=None, inputs="ints"),
+        levels={"fill": None, "inputs": "ints"},
     ),
     entry(
         "all",
@@ -203,6 +260,7 @@ OPS = [
         float_only=False,
         grad=False,
         samples=standard_samples(fill=None, inputs="ints"),
+        levels={"fill": None, "inputs": "ints"},
     ),
     entry(
         "count_nonzero",
@@ -211,6 +269,7 @@ OPS = [
         float_only=False,
         grad=False,
         samples=standard_samples(fill=None, inputs="ints"),
+        levels={"fill": None, "inputs": "ints"},
     ),
 ]
 
@@ -246,6 +305,36 @@ def _arg_reference(largest: bool) -> Any:
     return reference
 
 
+def _arg_levels(largest: bool) -> Any:
+    """argmax/argmin along an outer axis: the position along the axis (the row's index, not
+    the rank within its column) of the first extreme of every column."""
+
+    def samples(
+        structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+    ) -> list[Sample]:
+        x = nested_randn(structure, (3,), gen, dtype, layout)
+        x = x.with_values((x.values * 1.5).round())  # ties: the first position must win
+        nr = x.ragged_ndim
+        out = []
+        for axis in range(1, nr):
+
+            def group(rows: list[Any], axis: int = axis) -> Any:
+                if not rows:
+                    return torch.full((3,), 99, dtype=torch.int64)
+                leaves = torch.stack([r for _, r in rows])
+                best = leaves.amax(0) if largest else leaves.amin(0)
+                position = torch.tensor([c[axis - 1] for c, _ in rows])[:, None]
+                return torch.where(leaves == best, position, 1 << 40).amin(0)
+
+            def expected(axis: int = axis, group: Any = group) -> Any:
+                return [reduce_axes(s, nr, {axis}, group) for s in tree(x)]
+
+            out.append(Sample(f"axis{axis}", (x,), {"axis": axis, "fill_value": 99}, expected))
+        return out
+
+    return samples
+
+
 for _name, _largest in (("argmax", True), ("argmin", False)):
     OPS.append(
         OpInfo(
@@ -256,6 +345,8 @@ for _name, _largest in (("argmax", True), ("argmin", False)):
             grad=False,
             gradgrad=False,
             forward_ad=False,
+            levels=_arg_levels(_largest),
+            levels_compile=False,
             errors=[
                 ErrorCase(
                     lambda op=getattr(ragged, _name): op(ragged.array([[1.0]]), axis=0),
@@ -280,6 +371,15 @@ OPS.append(
         ragged.count,
         lambda segment: torch.tensor(segment.shape[0]),
         _count_samples,
+        lift=False,
+        levels=lambda structure, gen, dtype, layout: [
+            Sample(
+                "rows",
+                (x := nested_randn(structure, (3,), gen, dtype, layout),),
+                expected=lambda: [torch.tensor(len(s)) for s in tree(x)],
+            )
+        ],
+        levels_reason="counts the rows of axis 1 (the segments' lengths), not of every row",
         grad=False,
         gradgrad=False,
         forward_ad=False,

@@ -14,6 +14,7 @@ import torch
 import ragged
 
 from . import ErrorCase, OpInfo, PerSegment, Sample, ragged_randn
+from .nested import along, nested_randn, ragged_axes, tree
 
 BIG = 1000  # larger than any sampled segment: every row is chosen
 
@@ -84,6 +85,32 @@ def balanced_reference(
     return (positive & (num_pos == p)) | (negative & (num_neg == n))
 
 
+def _level_quotas(mask: bool) -> Any:
+    """Deterministic quotas along every outer ragged axis: 0, more than any row, and each
+    row's own length (a tensor with one entry per row of the axis above)."""
+
+    def samples(
+        structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+    ) -> list[Sample]:
+        x = nested_randn(structure, (3,), gen, dtype, layout)
+        out = []
+        for axis in ragged_axes(structure):
+            lengths = x.partition.levels[axis - 1].lengths
+            for name, k in (("k0", 0), ("k_big", BIG), ("k_lengths", lengths)):
+                chosen = not (isinstance(k, int) and k == 0)
+                if mask:
+                    fn = lambda items, c=chosen: [torch.tensor(c)] * len(items)
+                else:
+                    fn = lambda items, c=chosen: items if c else []
+                expected = lambda a=axis, f=fn: along(x, a, f)
+                if not mask and chosen:
+                    expected = lambda: tree(x)
+                out.append(Sample(f"axis{axis}_{name}", (x, k), {"axis": axis}, expected))
+        return out
+
+    return samples
+
+
 X = ragged.array([[1.0, 2.0], [3.0]])
 NO_GRAD = {"grad": False, "gradgrad": False, "forward_ad": False}
 
@@ -121,6 +148,7 @@ OPS = [
         # The draw does not depend on the values, and torch.func.vmap refuses random ops in its
         # default randomness="error" mode: vmap over values needs randomness="same".
         vmap=False,
+        levels=_level_quotas(mask=True),
         errors=[
             *_k_errors(ragged.sample_mask, "sample_mask", X),
             ErrorCase(
@@ -141,6 +169,7 @@ OPS = [
         # the selection is piecewise constant, so its second derivative is zero anyway.
         gradgrad=False,
         data_dependent=True,
+        levels=_level_quotas(mask=False),
         errors=[
             *_k_errors(ragged.sample, "sample", X),
             ErrorCase(

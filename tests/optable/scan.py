@@ -11,6 +11,7 @@ import torch
 import ragged
 
 from . import ErrorCase, OpInfo, Sample, axis_errors, ragged_randn
+from .nested import column_levels
 from .reductions import NAMES, segment_dims
 
 
@@ -101,12 +102,15 @@ def errors(op: Any, name: str) -> list[ErrorCase]:
 def entry(name: str, fn: Any, identity: Any, **kw: Any) -> OpInfo:
     op = getattr(ragged, name)
     errs = errors(op, name) + kw.pop("extra_errors", [])
+    reference = scan_reference(fn, identity)
+    variants = [{}, {"reverse": True, "exclusive": True}]
     return OpInfo(
         name,
         op,
-        scan_reference(fn, identity),
+        reference,
         kw.pop("samples", scan_samples()),
         errors=errs,
+        levels=column_levels(reference, variants),
         **kw,
     )
 

@@ -16,6 +16,7 @@ import ragged
 
 from . import ErrorCase, OpInfo, Sample, ragged_randn
 from .combine import NAMES, segment_dim
+from .nested import along, along_columns, column_levels, nested_randn, ragged_axes, subtrees_equal
 
 NO_GRAD = {"grad": False, "gradgrad": False, "forward_ad": False}
 
@@ -28,6 +29,10 @@ def _ties(x: ragged.RaggedArray, gen: torch.Generator) -> ragged.RaggedArray:
     v = torch.where((draw >= 0.1) & (draw < 0.2), -0.0, v)
     v = torch.where((draw >= 0.2) & (draw < 0.25), -torch.inf, v)
     return x.with_values(v.to(x.dtype))
+
+
+def _ties_seeded(x: ragged.RaggedArray) -> ragged.RaggedArray:
+    return _ties(x, torch.Generator().manual_seed(1))
 
 
 def sort_samples(ties: bool) -> Any:
@@ -141,6 +146,106 @@ def _unique_reference(
     )
 
 
+def _argsort_column(descending: bool) -> Any:
+    """argsort of one column: the rows' positions along the axis (not ranks in the column)."""
+
+    def fn(column: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+        order = torch.sort(column, dim=0, descending=descending, stable=True).indices
+        return members[order]
+
+    return fn
+
+
+def argsort_levels(
+    structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    x = _ties(nested_randn(structure, (3,), gen, dtype, layout), gen)
+    out = []
+    for axis in ragged_axes(structure):
+        for descending in (False, True):
+            out.append(
+                Sample(
+                    f"axis{axis}_{descending}",
+                    (x,),
+                    {"axis": axis, "descending": descending},
+                    expected=lambda a=axis, d=descending: along_columns(
+                        x, a, _argsort_column(d), members=True
+                    ),
+                )
+            )
+    return out
+
+
+def topk_levels(ties: bool) -> Any:
+    """topk along an outer axis: the first ``k`` rows of the column-wise sort (and argsort)."""
+
+    def samples(
+        structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+    ) -> list[Sample]:
+        x = nested_randn(structure, (3,), gen, dtype, layout)
+        x = _ties(x, gen) if ties else x
+        out = []
+        for axis in ragged_axes(structure):
+            for k, largest in ((1, True), (2, False), (100, True)):
+
+                def expected(a: int = axis, k: int = k, largest: bool = largest) -> Any:
+                    values = along_columns(
+                        x, a, lambda c: torch.sort(c, dim=0, descending=largest, stable=True).values
+                    )
+                    index = along_columns(x, a, _argsort_column(largest), members=True)
+                    cut = lambda rows: rows[:k]
+                    return [_at(values, a - 1, cut), _at(index, a - 1, cut)]
+
+                out.append(
+                    Sample(f"axis{axis}_k{k}", (x, k), {"axis": axis, "largest": largest}, expected)
+                )
+        return out
+
+    return samples
+
+
+def _at(segments: list[Any], depth: int, fn: Any) -> list[Any]:
+    if depth == 0:
+        return [fn(s) for s in segments]
+    return [_at(s, depth - 1, fn) for s in segments]
+
+
+def _run_lengths(heads: list[int], total: int) -> list[torch.Tensor]:
+    ends = [*heads[1:], total] if heads else []
+    return [torch.tensor(e - h) for h, e in zip(heads, ends, strict=True)]
+
+
+def unique_levels(
+    structure: list[list[int]], gen: torch.Generator, dtype: torch.dtype, layout: str
+) -> list[Sample]:
+    """Runs of equal whole rows (equal subtrees) along an outer axis."""
+    x = nested_randn(structure, (), gen, dtype, layout)
+    x = x.with_values((x.values > 0.3).to(dtype))  # few distinct values: repeated rows occur
+    out = []
+    for axis in ragged_axes(structure):
+
+        def heads(items: list[Any]) -> list[int]:
+            return [
+                i for i in range(len(items)) if i == 0 or not subtrees_equal(items[i], items[i - 1])
+            ]
+
+        def expected(a: int = axis) -> Any:
+            kept = along(x, a, lambda items: [items[i] for i in heads(items)])
+            inverse = along(
+                x,
+                a,
+                lambda items: [
+                    torch.tensor(sum(h <= i for h in heads(items)) - 1) for i in range(len(items))
+                ],
+            )
+            counts = along(x, a, lambda items: _run_lengths(heads(items), len(items)))
+            return [kept, inverse, counts]
+
+        kw = {"axis": axis, "return_inverse": True, "return_counts": True}
+        out.append(Sample(f"axis{axis}", (x,), kw, expected))
+    return out
+
+
 def _errors(name: str) -> list[ErrorCase]:
     op = getattr(ragged, name)
     func = f"ragged.{name}"
@@ -194,7 +299,7 @@ _UNIQUE_ERRORS = [
     ErrorCase(
         lambda: ragged.unique_consecutive(ragged.array([[[1.0]], [[2.0]]]), axis=2),
         ValueError,
-        "ragged.unique_consecutive: `axis` must be the ragged axis 1 (runs are collapsed within segments), got 2.",
+        "ragged.unique_consecutive: `axis` must be a ragged axis (1 to 1: runs are collapsed within the rows of the axis above), got 2.",
     ),
     ErrorCase(
         lambda: ragged.unique_consecutive(torch.ones(3)),
@@ -215,6 +320,7 @@ OPS = [
         _sort_reference(indices=False),
         sort_samples(ties=False),
         errors=_errors("sort"),
+        levels=column_levels(_sort_reference(indices=False), [{}, {"descending": True}]),
     ),
     OpInfo(
         "sort",
@@ -222,6 +328,9 @@ OPS = [
         _sort_reference(indices=False),
         sort_samples(ties=True),
         variant="ties",
+        levels=column_levels(
+            _sort_reference(indices=False), [{}, {"descending": True}], prepare=_ties_seeded
+        ),
         **NO_GRAD,
     ),
     OpInfo(
@@ -230,6 +339,7 @@ OPS = [
         _sort_reference(indices=True),
         sort_samples(ties=True),
         errors=_errors("argsort"),
+        levels=argsort_levels,
         **NO_GRAD,
     ),
     OpInfo(
@@ -240,6 +350,7 @@ OPS = [
         compile=False,  # the output size depends on the lengths: one documented sync
         data_dependent=True,
         errors=_errors("topk"),
+        levels=topk_levels(ties=False),
     ),
     OpInfo(
         "topk",
@@ -249,6 +360,7 @@ OPS = [
         compile=False,
         data_dependent=True,
         variant="ties",
+        levels=topk_levels(ties=True),
         **NO_GRAD,
     ),
     OpInfo(
@@ -256,6 +368,7 @@ OPS = [
         ragged.unique_consecutive,
         _unique_reference,
         unique_samples,
+        levels=unique_levels,
         vmap=False,  # the output size depends on the values
         compile=False,
         data_dependent=True,

@@ -54,11 +54,11 @@ from torch import Tensor
 
 from ..._array import RaggedArray
 from ..._axes import INDEX
-from ..._errors import multi_level, name_of, type_error
+from ..._errors import name_of, type_error
 from ..._partition import Partition, RowPartition
 from ..._registry import op
 from . import _batch
-from ._slicing import slice_segments
+from ._axis import sliced
 from ._take import filter, take
 
 
@@ -77,8 +77,8 @@ def getitem(x: RaggedArray, index: Any) -> Any:
     >>> x[2], x[1:3].to_list(), x[:, :2].to_list()
     (tensor([3., 4.]), [[], [3.0, 4.0]], [[0.0, 1.0], [], [3.0, 4.0], [5.0]])
     """
-    if isinstance(index, RaggedArray):  # per-segment positions or flags: x[:, index]
-        index = (slice(None), index)
+    if isinstance(index, RaggedArray):  # per-row positions or flags: x[:, index], x[:, :, index]
+        index = (*[slice(None)] * max(index.ragged_ndim, 1), index)
     if isinstance(index, tuple):
         if len(index) == 1:
             return getitem(x, index[0])
@@ -304,26 +304,40 @@ def _unnamed(x: RaggedArray, index: tuple[Any, ...]) -> ValueError:
 def _index_ragged(x: RaggedArray, ragged: list[Any], inner: list[Any], index: Any) -> Any:
     if all(_is_full(item) for item in ragged):
         return x
-    if x.ragged_ndim != 1:
-        raise multi_level(getitem, "x", x, "indexing a ragged axis")
-    (item,) = ragged
-    if isinstance(item, slice):
-        return slice_segments(getitem, x, item.start, item.stop, item.step)
-    if any(isinstance(i, Tensor) for i in inner) and isinstance(item, (Tensor, RaggedArray)):
+    if any(isinstance(i, Tensor) for i in inner) and any(
+        isinstance(item, (Tensor, RaggedArray)) for item in ragged
+    ):
         raise IndexError(
             f"{name_of(getitem)}: a tensor index on the ragged axis cannot be combined with tensor indices "
             f"on inner axes, got {index!r}."
         )
-    num = x.num_segments
+    # Innermost first: an integer removes its axis, which leaves the axes before it in place.
+    for dim in range(len(ragged), 0, -1):
+        if not _is_full(ragged[dim - 1]):
+            x = _index_axis(x, dim, ragged[dim - 1], index)
+    return x
+
+
+def _index_axis(x: RaggedArray, dim: int, item: Any, index: Any) -> Any:
+    """``item`` applied to ragged axis ``dim`` of ``x`` (every row of the axis above)."""
+    if isinstance(item, slice):
+        return sliced(getitem, x, dim, item.start, item.stop, item.step)
+    num = x.partition.levels[dim - 1].num_rows
     if isinstance(item, int):
-        return take(x, torch.full((num,), item, dtype=torch.int64, device=x.device))
+        index_t = torch.full((num,), item, dtype=torch.int64, device=x.device)
+        return take(x, index_t, axis=dim)
     if isinstance(item, RaggedArray):
-        if item.dtype == torch.bool:
-            return filter(x, item)
-        return take(x, item)
+        if item.dtype != torch.bool:
+            return take(x, item, axis=dim)
+        if item.ragged_ndim != dim:
+            raise IndexError(
+                f"{name_of(getitem)}: a boolean RaggedArray on ragged axis {dim} must have {dim} "
+                f"ragged axes (one flag per row of that axis), got {item.ragged_ndim}."
+            )
+        return filter(x, item)
     if item.dtype == torch.bool:
         raise TypeError(
             f"{name_of(getitem)}: a boolean mask of the ragged axis must be a RaggedArray (one flag per "
             f"row of each segment), got a dense tensor of shape {tuple(item.shape)}."
         )
-    return take(x, item.expand(num, *item.shape))
+    return take(x, item.expand(num, *item.shape), axis=dim)

@@ -1,4 +1,6 @@
-"""Slicing the ragged axis: ``segment[start:stop:step]`` in every segment."""
+"""Slicing a ragged axis: ``row[start:stop:step]`` in every row (the bounds of each row's slice,
+and when a slice provably keeps or reverses every row). ``ragged.ops._indexing._axis`` applies
+them along any ragged axis."""
 
 from __future__ import annotations
 
@@ -8,9 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..._array import RaggedArray
 from ..._errors import Func, name_of
-from ..._partition import Partition, RowPartition, length_stats
 
 
 def _slice_int(func: Func, value: Any) -> int | None:
@@ -24,32 +24,6 @@ def _slice_int(func: Func, value: Any) -> int | None:
         raise TypeError(
             f"{name_of(func)}: slice bounds must be ints or None, got {type(value).__name__}."
         ) from None
-
-
-def slice_segments(func: Func, x: RaggedArray, start: Any, stop: Any, step: Any) -> RaggedArray:
-    """``segment[start:stop:step]`` for every segment (Python slice semantics per segment).
-
-    Reads the new total and maximum length once (one host sync), except where the result keeps
-    every row (``x`` itself) or only reverses the segments (the same partition, sync-free).
-    """
-    start, stop, step = (_slice_int(func, v) for v in (start, stop, step))
-    step = 1 if step is None else step
-    if step == 0:
-        raise ValueError(f"{name_of(func)}: slice step cannot be zero.")
-    level = x.partition.levels[0]
-    known = level.max_length
-    if _keeps_all(start, stop, step, known):
-        return x
-    low, count = _bounds(level.lengths, start, stop, step)
-    if _reverses_all(start, stop, step, known):
-        new, partition = level, x.partition
-    else:
-        total, longest, squares = length_stats(count)  # the one host sync
-        new = RowPartition.from_lengths(count, total, longest, squares)
-        partition = Partition((new,))
-    rows = new.row_ids
-    source = level.offsets[rows] + low[rows] + new.positions() * step
-    return RaggedArray(x.values.index_select(0, source), partition, x.axes)
 
 
 def _keeps_all(start: int | None, stop: int | None, step: int, known: int | None) -> bool:

@@ -1,12 +1,12 @@
-"""Indexing ops along the ragged axis: ``take``, ``filter``, ``pad``, ``truncate``, ``first``,
-``last``.
+"""Indexing ops along a ragged axis: ``take`` and ``filter`` (``pad``, ``pad_to``, ``truncate``,
+``first`` and ``last`` are in ``_padding``).
 
 Axis rules (``ragged._axes``): ``take`` with RaggedArray indices gives the **indices'
-partition** (segment ``b`` is ``x_b[indices_b]``); with dense ``(B, *extra)`` indices, and
-``first``/``last``, it **consumes** the ragged axis (a dense result); ``filter``, ``pad`` and
-``truncate`` build a **new partition** with the same axes and names. Ops whose structure does not
-change return the input's partition object (``truncate`` when every segment already fits,
-``filter`` when every row is kept).
+partition** (segment ``b`` is ``x_b[indices_b]``); with dense ``(B, *extra)`` indices it
+**consumes** the ragged axis (a dense result; on a multi-level array one index per row removes
+the axis); ``filter`` builds a **new partition** with the same axes and names, and returns the
+input's partition object when every row is kept. Along an outer ragged axis of a multi-level
+array whole rows move with their subtrees (``ragged.ops._indexing._axis``).
 
 Out-of-range indices (per segment: ``-L_b <= i < L_b`` is in range, negative ``i`` counts from
 the segment's end) follow ``jnp.take``'s modes. ``"fill"`` (the default) gives ``fill_value``:
@@ -15,10 +15,10 @@ NaN for floating dtypes, 0 for integers, False for bool. ``"clip"`` clamps into 
 too. ``"raise"`` checks every index, which reads one flag back (one host sync). ``x[:, i]`` and
 ``first``/``last`` use the ``"fill"`` rule, so ``x[:, 0]`` equals ``ragged.first(x)``.
 
-Host syncs: ``filter`` and ``truncate`` (and per-segment slicing ``x[:, a:b]``) produce a size
-that depends on the data; each reads the new total and maximum length once (one host sync) and
-records the maximum in the new partition. ``take`` (except ``mode="raise"``), ``pad``,
-``first`` and ``last`` are sync-free.
+Host syncs: ``filter`` (and per-segment slicing ``x[:, a:b]``) produce a size that depends on
+the data; each reads the new total and maximum length once (one host sync) and records the
+maximum in the new partition. ``take`` (except ``mode="raise"``) is sync-free along the
+innermost ragged axis; along an outer one it reads the sizes of the rows it moves once.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ import torch
 from torch import Tensor
 
 from ..._array import RaggedArray
-from ..._axes import DENSE_RESULT, NEW, TAKE, normalize_axis
+from ..._axes import NEW, TAKE, normalize_axis
 from ..._broadcast import same_partition
-from ..._errors import Func, multi_level, name_of, type_error, typename, value_error
+from ..._errors import Func, name_of, type_error, typename, value_error
 from ..._partition import Partition, RowPartition, length_stats
 from ..._registry import op
 from ...kernels._segment import Segments, segment_sum
-from ._slicing import slice_segments
+from ._axis import filter_plan, same_upper, take_dense, take_ragged
 
 _MODES = ("fill", "clip", "wrap", "raise")
 
@@ -46,11 +46,6 @@ _MODES = ("fill", "clip", "wrap", "raise")
 def _check_array(func: Func, x: Any, param: str = "x") -> None:
     if not isinstance(x, RaggedArray):
         raise type_error(func, param, "must be a RaggedArray", type(x).__name__)
-
-
-def _one_level(func: Func, x: RaggedArray) -> None:
-    if x.ragged_ndim != 1:
-        raise multi_level(func, "x", x, "along a ragged axis")
 
 
 def default_fill(dtype: torch.dtype) -> float | int | bool:
@@ -189,6 +184,13 @@ def take(
       partition of ``indices`` (the same object) and the inner shape and names of ``x``; or
     * a dense integer tensor ``(B, *extra)``: the result is dense ``(B, *extra, *inner)``.
 
+    Along ragged axis ``k`` of a multi-level array the positions are per row of axis ``k - 1``
+    (``(B, S*, T*)``, ``axis=2``: tokens of each sentence; ``axis=1``: sentences of each
+    document, moved whole with their tokens): a RaggedArray with ``k`` ragged axes (the first
+    ``k - 1`` those of ``x``), or a dense ``(R,)`` (one per row: the axis goes) or ``(R, K)``,
+    ``R`` the number of rows of axis ``k - 1``. Out of range along an outer axis gives an empty
+    row (along the innermost, ``fill_value``).
+
     Negative indices count from each segment's end. Out-of-range indices follow ``mode``, as
     for ``jnp.take``: ``"fill"`` gives ``fill_value`` (default NaN for floating dtypes, 0 for
     integers, False for bool), ``"clip"`` clamps into the segment, ``"wrap"`` wraps around it
@@ -203,9 +205,9 @@ def take(
     entries get none).
 
     Args:
-        x: the array, ``(B, L*, *inner)``.
+        x: the array, ``(B, L*, *inner)`` or with more ragged axes.
         indices: the positions to pick, as described above.
-        axis: the ragged axis (1) or an inner axis; an int or a name.
+        axis: a ragged axis (default 1) or an inner axis; an int or a name.
         mode: ``"fill"``, ``"clip"``, ``"wrap"`` or ``"raise"``.
         fill_value: the value of filled entries (``mode="fill"``, and empty segments).
 
@@ -220,6 +222,9 @@ def take(
     tensor([[1., 3.],
             [0., 0.],
             [4., 4.]])
+    >>> docs = ragged.array([[[1, 2], [3]], [[4]]])
+    >>> ragged.take(docs, ragged.array([[1, 1], [5]]), axis=1).to_list()
+    [[[3], [3]], [[]]]
     """
     func = take
     _check_array(func, x)
@@ -232,7 +237,8 @@ def take(
     fill = fill_tensor(func, x.values, fill_value)
     if dim > x.ragged_ndim:
         return _take_inner(func, x, indices, dim - x.ragged_ndim, mode, fill)
-    _one_level(func, x)
+    if x.ragged_ndim > 1:
+        return _take_levels(func, x, dim, indices, mode, fill)
     level = x.partition.levels[0]
     num = x.num_segments
     if isinstance(indices, RaggedArray):
@@ -264,6 +270,29 @@ def take(
     position, valid = resolve(func, indices, level.lengths.view(shape), mode)
     rows = level.offsets[:-1].view(shape) + position
     return gather_rows(x.values, rows, valid, fill)
+
+
+def _take_levels(
+    func: Func, x: RaggedArray, dim: int, indices: Any, mode: str, fill: Tensor
+) -> RaggedArray:
+    """``take`` along ragged axis ``dim`` of a multi-level array."""
+    if isinstance(indices, RaggedArray):
+        _check_int_tensor(func, "indices", indices.values)
+        if indices.ragged_ndim != dim or indices.values.dim() != 1:
+            raise value_error(
+                func,
+                "indices",
+                f"must be a RaggedArray with {dim} ragged axes and no inner axes (a list of "
+                f"positions per row of ragged axis {dim - 1})",
+                f"{indices.ragged_ndim} ragged axes, {indices.ndim} axes",
+            )
+        _check_device(func, indices.values, x)
+        return take_ragged(func, x, dim, indices, resolve, gather_rows, mode, fill)
+    if not isinstance(indices, Tensor):
+        raise type_error(func, "indices", "must be a RaggedArray or a Tensor", typename(indices))
+    _check_int_tensor(func, "indices", indices)
+    _check_device(func, indices, x)
+    return take_dense(func, x, dim, indices, resolve, gather_rows, mode, fill)
 
 
 def _take_inner(
@@ -311,167 +340,65 @@ def _take_inner(
 def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     """The rows of each segment where ``mask`` is True, in order (``x_b[mask_b]``).
 
-    ``mask`` is a boolean RaggedArray of shape ``(B, L*)`` with ``x``'s partition (the same
-    object, or an equal one). The new lengths are the per-segment counts of True, so the
-    result's size depends on the data: this reads the new total and maximum length once (one
-    host sync) and records the maximum in the new partition. Everything else is sync-free (no
-    boolean-mask indexing: destinations come from a cumulative sum). When every row is kept the
-    result shares ``x``'s partition. Differentiable with respect to ``x``.
+    ``mask`` is a boolean RaggedArray with one flag per row of the ragged axis it filters: for
+    ``(B, L*, *inner)``, shape ``(B, L*)`` with ``x``'s partition (the same object, or an equal
+    one). For a multi-level ``x`` the number of ragged axes of ``mask`` says which axis: on
+    documents -> sentences -> tokens ``(B, S*, T*)``, a ``(B, S*)`` mask keeps whole sentences
+    (with their tokens) and a ``(B, S*, T*)`` mask keeps tokens within their sentences.
+
+    The new lengths are the counts of True, so the result's size depends on the data: this
+    reads the new sizes once (one host sync; along an outer axis, together with the sizes of
+    the levels below) and records the maximum length in the new partition. Everything else is
+    sync-free (no boolean-mask indexing: destinations come from a cumulative sum). When every
+    row is kept the result shares ``x``'s partition. Differentiable with respect to ``x``.
 
     >>> import ragged
     >>> x = ragged.array([[1.0, 2.0, 3.0], [], [4.0, 5.0]])
     >>> ragged.filter(x, x > 1.5).to_list()
     [[2.0, 3.0], [], [4.0, 5.0]]
+    >>> docs = ragged.array([[[1, 2], [3]], [[4, 5, 6]]])
+    >>> ragged.filter(docs, ragged.array([[False, True], [True]])).to_list()
+    [[[3]], [[4, 5, 6]]]
     """
     func = filter
     _check_array(func, x)
     _check_array(func, mask, "mask")
     if mask.dtype != torch.bool:
         raise type_error(func, "mask", "must have dtype torch.bool", mask.dtype)
-    if mask.values.dim() != 1 or mask.ragged_ndim != 1:
-        raise value_error(
-            func, "mask", "must have shape (B, L*) (one flag per row)", f"{mask.ndim} axes"
+    nr = x.ragged_ndim
+    if mask.values.dim() != 1 or mask.ragged_ndim > nr:
+        expected = (
+            "must have shape (B, L*) (one flag per row)"
+            if nr == 1
+            else f"must have at most {nr} ragged axes and no inner axes (one flag per row of "
+            "the ragged axis it filters)"
         )
-    _one_level(func, x)
-    partition = same_partition(func, x, mask)
-    level = partition.levels[0]
+        raise value_error(func, "mask", expected, f"{mask.ndim} axes")
+    dim = mask.ragged_ndim
+    if nr == 1:
+        same_partition(func, x, mask)
+    else:
+        same_upper(func, "mask", x, mask, dim)
     keep = mask.values
+    if dim < nr:
+        plan = filter_plan(x, dim, keep)
+        if plan is None:
+            return x
+        partition, rows = plan
+        return RaggedArray(x.values.index_select(0, rows), partition, x.axes)
+    levels = x.partition.levels
+    level = levels[-1]
     segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
     counts = segment_sum(keep.to(torch.int64), segments)
     total, longest, squares = length_stats(counts)  # the one host sync
     if total == x.values.shape[0]:
         return RaggedArray(x.values, x.partition, x.axes)
-    rows = keep.shape[0]
     # Destination of each kept row: its rank among kept rows; dropped rows go to a dump slot.
     destination = torch.where(keep, torch.cumsum(keep, 0) - 1, total)
     source = keep.new_zeros(total + 1, dtype=torch.int64)
-    source = source.index_put((destination,), torch.arange(rows, device=keep.device))[:total]
+    every = torch.arange(keep.shape[0], device=keep.device)
+    source = source.index_put((destination,), every)[:total]
     offsets = torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
     new = RowPartition(offsets, counts, level.row_ids[source], longest, squares)
-    return RaggedArray(x.values.index_select(0, source), Partition((new,)), x.axes)
-
-
-# --- pad, truncate ----------------------------------------------------------------------------
-
-
-def _pad_widths(func: Func, pad: Any) -> tuple[int, int]:
-    widths = (pad, pad) if isinstance(pad, int) and not isinstance(pad, bool) else pad
-    if (
-        not isinstance(widths, (tuple, list))
-        or len(widths) != 2
-        or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths)
-    ):
-        raise type_error(func, "pad", "must be an int or a pair of ints (before, after)", repr(pad))
-    if widths[0] < 0 or widths[1] < 0:
-        raise value_error(func, "pad", "must be non-negative", repr(pad))
-    return widths[0], widths[1]
-
-
-@op("indexing", rule=NEW, args="x: ragged, pad: sizes, value: number?")
-def pad(x: RaggedArray, pad: int | tuple[int, int], value: Any = 0) -> RaggedArray:
-    """Pad every segment along the ragged axis with ``pad = (before, after)`` rows of ``value``.
-
-    Sizes are static (``total + B * (before + after)``), so this is sync-free; the new
-    partition knows its maximum length whenever ``x``'s does. ``pad=0`` returns ``x``.
-    Differentiable with respect to ``x``.
-
-    Args:
-        x: the array, ``(B, L*, *inner)``.
-        pad: rows added before and after each segment (an int pads both sides equally).
-        value: the value of the new rows.
-
-    >>> import ragged
-    >>> x = ragged.array([[1, 2], [], [3]])
-    >>> ragged.pad(x, (1, 0), value=-1).to_list()
-    [[-1, 1, 2], [-1], [-1, 3]]
-    """
-    func = _PAD  # the op (its `pad` argument shadows its name here)
-    _check_array(func, x)
-    before, after = _pad_widths(func, pad)
-    fill = fill_tensor(func, x.values, value, "value")
-    if before == after == 0:
-        return x
-    _one_level(func, x)
-    level = x.partition.levels[0]
-    extra = before + after
-    num = level.num_rows
-    values = x.values
-    total = values.shape[0] + num * extra
-    lengths = level.lengths + extra
-    offsets = level.offsets + extra * torch.arange(num + 1, device=values.device)
-    row_ids = torch.repeat_interleave(
-        torch.arange(num, device=values.device), lengths, output_size=total
-    )
-    longest = None if level.max_length is None else level.max_length + extra
-    squares = None
-    if level.sum_squares is not None:  # sum (L + e)^2 = sum L^2 + 2 e sum L + B e^2
-        squares = level.sum_squares + 2 * extra * values.shape[0] + num * extra * extra
-    new = RowPartition(offsets, lengths, row_ids, longest, squares)
-    destination = torch.arange(values.shape[0], device=values.device) + level.row_ids * extra
-    # index_copy copies the (broadcast) fill once: the output is the only large allocation.
-    out = fill.expand(total, *values.shape[1:]).index_copy(0, destination + before, values)
-    return RaggedArray(out, Partition((new,)), x.axes)
-
-
-_PAD = pad
-
-
-@op("indexing", rule=NEW, args="x: ragged, max_len: int")
-def truncate(x: RaggedArray, max_len: int) -> RaggedArray:
-    """Keep the first ``max_len`` rows of every segment (lengths ``min(L_b, max_len)``).
-
-    Returns ``x`` itself when its partition knows that every segment fits. Otherwise the new
-    total depends on the data: this reads it (and the new maximum length) once (one host sync).
-    The same as ``x[:, :max_len]``. Differentiable with respect to ``x``.
-
-    >>> import ragged
-    >>> x = ragged.array([[1, 2, 3], [], [4]])
-    >>> ragged.truncate(x, 2).to_list()
-    [[1, 2], [], [4]]
-    >>> ragged.truncate(x, 3) is x
-    True
-    """
-    func = truncate
-    _check_array(func, x)
-    if not isinstance(max_len, int) or isinstance(max_len, bool):
-        raise type_error(func, "max_len", "must be an int", type(max_len).__name__)
-    if max_len < 0:
-        raise value_error(func, "max_len", "must be non-negative", max_len)
-    _one_level(func, x)
-    return slice_segments(func, x, None, max_len, 1)
-
-
-# --- first, last ------------------------------------------------------------------------------
-
-
-def _end(func: Func, x: RaggedArray, fill_value: Any, last: bool) -> Tensor:
-    _check_array(func, x)
-    _one_level(func, x)
-    level = x.partition.levels[0]
-    rows = level.offsets[1:] - 1 if last else level.offsets[:-1]
-    return gather_rows(x.values, rows, level.lengths > 0, fill_tensor(func, x.values, fill_value))
-
-
-@op("indexing", rule=DENSE_RESULT, args="x: ragged, fill_value: number?")
-def first(x: RaggedArray, *, fill_value: Any = None) -> Tensor:
-    """The first row of every segment, dense ``(B, *inner)``; sync-free.
-
-    Empty segments give ``fill_value`` (default NaN for floating dtypes, 0 for integers, False
-    for bool: the ``"fill"`` rule of [`take`][ragged.take], so this equals ``x[:, 0]``). Differentiable.
-
-    >>> import ragged
-    >>> ragged.first(ragged.array([[1.0, 2.0], [], [3.0]]))
-    tensor([1., nan, 3.])
-    """
-    return _end(first, x, fill_value, last=False)
-
-
-@op("indexing", rule=DENSE_RESULT, args="x: ragged, fill_value: number?")
-def last(x: RaggedArray, *, fill_value: Any = None) -> Tensor:
-    """The last row of every segment, dense ``(B, *inner)``; sync-free (equals ``x[:, -1]``).
-
-    >>> import ragged
-    >>> ragged.last(ragged.array([[1, 2], [], [3]]), fill_value=-1)
-    tensor([ 2, -1,  3])
-    """
-    return _end(last, x, fill_value, last=True)
+    partition = Partition((*levels[:-1], new))
+    return RaggedArray(x.values.index_select(0, source), partition, x.axes)

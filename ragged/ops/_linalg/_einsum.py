@@ -20,8 +20,8 @@ from ..._broadcast import same_partition
 from ..._errors import Func, type_error, typename, value_error
 from ..._registry import op
 from ...kernels._segment import Segments, segment_sum
+from ._einsum_levels import einsum_levels
 from ._einsum_parse import ELLIPSIS, Recipe, axis_of, parse
-from ._matmul import _one_level
 
 # einsum tiles (see _Tiles) when a per-segment dense operand or a per-row product is bigger than
 # the ragged rows; tile sizes are powers of two in [_MIN_TILE, _MAX_TILE] (_COMPILE_TILE when
@@ -86,16 +86,18 @@ def einsum(equation: str, *operands: Any) -> Any:
         raise type_error(func, "equation", "must be a str", typename(equation))
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
-    return _plan(func, equation, operands).run(operands)
-
-
-def _plan(func: Func, equation: str, operands: Sequence[Any]) -> _Plan:
-    """Parse ``equation`` (a cached recipe per kind of operands), then bind it to ``operands``."""
     for i, operand in enumerate(operands):
         if not isinstance(operand, (RaggedArray, Tensor)):
             raise type_error(
                 func, f"operands[{i}]", "must be a RaggedArray or a Tensor", typename(operand)
             )
+    if any(isinstance(o, RaggedArray) and o.ragged_ndim > 1 for o in operands):
+        return einsum_levels(func, equation, operands)
+    return _plan(func, equation, operands).run(operands)
+
+
+def _plan(func: Func, equation: str, operands: Sequence[Any]) -> _Plan:
+    """Parse ``equation`` (a cached recipe per kind of operands), then bind it to ``operands``."""
     recipe = parse(func, equation, tuple(isinstance(o, RaggedArray) for o in operands))
     return _bind(func, recipe, operands)
 
@@ -245,9 +247,7 @@ def _bind(func: Func, recipe: Recipe, operands: Sequence[Any]) -> _Plan:
     tokens, terms, bat = recipe.tokens, recipe.terms, recipe.bat
     first = recipe.ragged_pos[0]
     x: RaggedArray = operands[first]
-    _one_level(func, x)
     for i in recipe.ragged_pos[1:]:
-        _one_level(func, operands[i])
         same_partition(func, x, operands[i])
     sizes: dict[str, tuple[int, int]] = {}
     ellipses: list[tuple[int, ...]] = []

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..._array import RaggedArray
 from ..._axes import CONTRACT, remove
-from ..._errors import Func, multi_level, name_of, type_error, typename, value_error
+from ..._errors import Func, name_of, type_error, typename, value_error
 from ..._format import shape_text
 from ..._registry import op
 from .._pairs import RaggedTranspose, pair_dot
@@ -31,11 +31,6 @@ RAGGED_RIGHT = (
     "x @ y.mT (ragged.pair_dot), and for a contraction over each segment "
     "ragged.einsum('bld,ble->bde', x, y)."
 )
-
-
-def _one_level(func: Func, x: RaggedArray) -> None:
-    if x.ragged_ndim > 1:
-        raise multi_level(func, "x", x)
 
 
 # --- matmul -----------------------------------------------------------------------------------
@@ -112,7 +107,6 @@ def _check_dense(func: Func, param: str, w: Any, x: RaggedArray) -> None:
         raise type_error(
             func, param, f"must have the dtype of the RaggedArray ({x.dtype})", w.dtype
         )
-    _one_level(func, x)
 
 
 def _check_batch(func: Func, param: str, w: Tensor, x: RaggedArray) -> None:
@@ -219,7 +213,6 @@ def linear(x: RaggedArray, weight: Tensor, bias: Tensor | None = None) -> Ragged
         )
     if bias is not None and not isinstance(bias, Tensor):
         raise type_error(func, "bias", "must be a Tensor or None", typename(bias))
-    _one_level(func, x)
     if x.values.dim() < 2:
         raise value_error(
             func, "x", "must have at least one inner axis (in_features)", shape_text(x)

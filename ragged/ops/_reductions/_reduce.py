@@ -159,16 +159,22 @@ def _ragged_result(
     """A reduction that keeps some ragged axes: ``out`` has one row per group."""
     nr = x.ragged_ndim
     if keepdims:
-        # Reduced inner axes and the reduced ragged axis stay as size-1 axes.
+        # Reduced inner axes stay as size-1 axes; a reduced ragged axis before a kept one becomes
+        # a size-1 level (one child per row), one after every kept one a size-1 inner axis.
         sizes = [1 if d in inner else s for d, s in enumerate(x.values.shape[1:], 1)]
-        if ragged == [nr]:  # the innermost ragged axis becomes a size-1 inner axis
-            values = out.reshape(out.shape[0], 1, *sizes)
-        else:  # an outer ragged axis becomes a size-1 level in front
-            values = out.reshape(out.shape[0], *sizes)
-            partition = Partition(
-                (RowPartition.units(x.num_segments, out.device), *partition.levels)
-            )
-        return RaggedArray(values, partition, x.axes)
+        last_kept = [a for a in range(1, nr + 1) if a not in ragged][-1]
+        kept = iter(partition.levels)
+        levels: list[RowPartition] = []
+        rows = x.num_segments
+        for a in range(1, last_kept + 1):
+            if a in ragged:
+                levels.append(RowPartition.units(rows, out.device))
+            else:
+                levels.append(next(kept))
+                rows = levels[-1].num_children
+        trailing = [1] * (nr - last_kept)
+        values = out.reshape(out.shape[0], *trailing, *sizes)
+        return RaggedArray(values, Partition(tuple(levels)), x.axes)
     names = None
     if x.axes is not None:
         dropped = {*ragged, *(d + nr for d in inner)}
