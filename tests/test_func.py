@@ -281,7 +281,9 @@ def test_jit_decorator_forms_and_nesting():
 
     counter = CompileCounter()
     plain = ragged.jit(double, backend=counter)
-    assert plain.__wrapped__ is double and plain.__doc__ == "Doubles." and plain.__name__ == "double"
+    assert (
+        plain.__wrapped__ is double and plain.__doc__ == "Doubles." and plain.__name__ == "double"
+    )
     inner = ragged.jit(backend=counter)(lambda x: ragged.cumsum(x, axis=1))
     outer = ragged.jit(lambda x: inner(plain(x)), backend=counter)
     for x in _batches()[:3]:
