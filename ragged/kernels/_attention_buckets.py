@@ -5,12 +5,17 @@ flash-attention kernel on ``[n, H, L, D]`` (the kernel behind ``F.scaled_dot_pro
 A bucket of one segment, or of segments that lie back to back in ``values``, reads its rows as a
 view (no copy); others gather their rows.
 
-The buckets and their cached plans come from ``_attention_plan``.
+The buckets and their cached plans come from ``_attention_plan``. The variants
+(``_attention_mods``: grouped-query heads, windows, prefix and document masks, ``mask_mod``,
+relative-position tables and ALiBi) are evaluated per bucket on its ``[L, L]`` positions and
+given to the kernel as its additive mask; keys and values with fewer heads go to the kernel as
+they are (torch's CPU flash kernel takes grouped-query heads, forward and backward).
 
 The kernel is an ``autograd.Function``:
 
-* ``backward`` calls torch's flash backward kernel; for a bias that needs a gradient (the kernel
-  does not return one) and for other head widths of ``v`` it recomputes the bucket's
+* ``backward`` calls torch's flash backward kernel; for a bias, relative-position table or ALiBi
+  slopes that needs a gradient (the kernel does not return one) and for other head widths of
+  ``v`` it recomputes the bucket's
   probabilities from the saved log-sum-exp with batched matmuls. Results go into buffers made from the incoming gradient, so it runs
   batched too (``autograd.grad(..., is_grads_batched=True)``; the flash kernel then runs through
   vmap's slow fallback, with torch's performance warning). When a graph of the gradient is being built
@@ -28,6 +33,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ._attention_mods import (
+    Extras,
+    Variant,
+    kernel_causal,
+    key_grad,
+    position_bias,
+    position_bias_grads,
+    pv,
+    qk,
+    visible,
+)
 from ._attention_plan import Bucket, Plan, Rows
 
 # Buckets with at least this many query rows use torch's flash backward kernel when they can.
@@ -101,17 +117,67 @@ def _trim(buffer: Tensor, rows: int) -> Tensor:
     return buffer if buffer.shape[0] == rows else buffer[:rows]
 
 
-def _mask(bucket: Bucket, bias: Tensor | None, dtype: torch.dtype, causal: bool) -> Tensor | None:
-    """The additive mask of a bucket: the bias (``[n, H, q_len, k_len]``) plus ``-inf`` at padded
-    keys; ``None`` when there is neither. With ``causal`` (self-attention) padded keys need no
-    mask: they come after every real query row."""
+def _positions(bucket: Bucket, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Query and key positions of a bucket's slots, ``[q_len, 1]`` and ``[1, k_len]`` (every
+    segment of a bucket starts at position 0)."""
+    i = torch.arange(bucket.q_len, device=device).view(-1, 1)
+    j = torch.arange(bucket.k_len, device=device).view(1, -1)
+    return i, j
+
+
+def _visible(
+    bucket: Bucket, extras: Extras, variant: Variant, heads: int, device: torch.device
+) -> Tensor | None:
+    """The bucket's pairs kept by the variants' masks, bool broadcast to ``[n, H, q, k]``."""
+    n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
+    i, j = _positions(bucket, device)
+    i, j = i.view(1, 1, q_len, 1), j.view(1, 1, 1, k_len)
+    prefix = docs_i = docs_j = mod_args = None
+    if extras.prefix is not None:
+        prefix = extras.prefix.index_select(0, bucket.segments).view(n, 1, 1, 1)
+    if extras.documents is not None:
+        docs = extras.documents.view(-1, 1, 1)
+        docs_i = _read(docs, bucket.q_read, n, q_len).view(n, 1, q_len, 1)
+        docs_j = _read(docs, bucket.k_read, n, k_len).view(n, 1, 1, k_len)
+    if variant.mask_mod is not None:
+        # Padded slots see their segment's last position (their scores are dropped anyway).
+        h = torch.arange(heads, device=device) % variant.heads
+        mod_args = (bucket.segments.view(n, 1, 1, 1), h.view(1, heads, 1, 1))
+        if bucket.q_keep is not None or bucket.key_keep is not None:
+            i = torch.minimum(i, bucket.q_counts.view(n, 1, 1, 1) - 1)
+            j = torch.minimum(j, bucket.k_counts.view(n, 1, 1, 1) - 1)
+    return visible(i, j, variant, prefix, docs_i, docs_j, mod_args)
+
+
+def _mask(
+    bucket: Bucket,
+    bias: Tensor | None,
+    extras: Extras,
+    variant: Variant,
+    dtype: torch.dtype,
+    heads: int,
+) -> Tensor | None:
+    """The additive mask of a bucket, broadcast to ``[n, H, q_len, k_len]``: the pair bias, the
+    relative-position and ALiBi biases, ``-inf`` where the variants' masks or padded keys hide
+    a pair; ``None`` when there is nothing. Causal attention without a prefix is the kernel's
+    own; with it (or a prefix) padded keys need no mask: they come after every real query."""
+    device = bucket.pair_start.device
     mask = None if bias is None else _bias_block(bucket, bias)
-    if bucket.key_keep is not None and not causal:
-        keep = bucket.key_keep.view(bucket.n, 1, 1, bucket.k_len)
-        pad = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
-        pad = pad.masked_fill_(~keep, float("-inf"))
-        mask = pad if mask is None else mask + pad
-    return mask
+    if extras.table is not None or extras.slopes is not None:
+        i, j = _positions(bucket, device)
+        term = position_bias(i, j, variant.radius, extras.table, extras.slopes)
+        if term is not None:
+            term = term.unsqueeze(0).to(dtype)  # [1, H, q, k]
+            mask = term if mask is None else mask + term
+    keep = _visible(bucket, extras, variant, heads, device)
+    if bucket.key_keep is not None and not variant.causal:
+        pad = bucket.key_keep.view(bucket.n, 1, 1, bucket.k_len)
+        keep = pad if keep is None else keep & pad
+    if keep is None:
+        return mask
+    if mask is None:
+        mask = torch.zeros((), dtype=dtype, device=device)
+    return torch.where(keep, mask, float("-inf"))
 
 
 def _bias_block(bucket: Bucket, bias: Tensor) -> Tensor:
@@ -127,7 +193,7 @@ def _scores(
     qb: Tensor, kb: Tensor, mask: Tensor | None, scale: float, causal: bool, inplace: bool = True
 ) -> Tensor:
     """Masked scores ``[n, H, q_len, k_len]`` (out of place when a graph is recorded)."""
-    scores = torch.matmul(qb, kb.transpose(-1, -2))
+    scores = qk(qb, kb)
     above = None
     if causal:
         shape = scores.shape[-2:]
@@ -157,13 +223,15 @@ def _safe_softmax(scores: Tensor) -> Tensor:
 def _forward_bucket(
     qb: Tensor, kb: Tensor, vb: Tensor, mask: Tensor | None, scale: float, causal: bool
 ) -> tuple[Tensor, Tensor]:
-    """Output ``[n, H, q_len, Dv]`` and log-sum-exp ``[n, H, q_len]`` of one bucket."""
+    """Output ``[n, H, q_len, Dv]`` and log-sum-exp ``[n, H, q_len]`` of one bucket (0 for a
+    row whose keys are all masked, as the flash kernel gives)."""
     if qb.shape[-1] == vb.shape[-1] and qb.device.type == "cpu":
         return _flash(qb, kb, vb, 0.0, causal, attn_mask=mask, scale=scale)
     scores = _scores(qb, kb, mask, scale, causal)
     lse = torch.logsumexp(scores, -1)
+    lse = torch.where(torch.isfinite(lse), lse, 0.0)
     weights = scores.sub_(lse.unsqueeze(-1)).exp_()
-    return torch.matmul(weights, vb), lse.to(lse_dtype(qb.dtype))
+    return pv(weights, vb), lse.to(lse_dtype(qb.dtype))
 
 
 def lse_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -180,20 +248,39 @@ def _unit_stride(x: Tensor) -> Tensor:
 
 
 def bucketed_attention(
-    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, p: Plan, scale: float, causal: bool
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    extras: Extras,
+    p: Plan,
+    scale: float,
+    variant: Variant,
 ) -> Tensor:
-    """Attention of ``q`` ``[Tq, H, D]`` over ``k``/``v`` ``[Tk, H, D(v)]`` by the plan ``p``."""
-    out, _ = _BucketedAttention.apply(q, k, v, bias, p, scale, causal)
+    """Attention of ``q`` ``[Tq, H, D]`` over ``k``/``v`` ``[Tk, H_kv, D(v)]`` by the plan
+    ``p``, with a pair bias ``[pairs, H]`` and the variants (``extras``, ``variant``)."""
+    table, slopes, documents, prefix = extras
+    out, _ = _BucketedAttention.apply(
+        q, k, v, bias, table, slopes, documents, prefix, p, scale, variant
+    )
     return out
 
 
 def forward(
-    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, p: Plan, scale: float, causal: bool
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    extras: Extras,
+    p: Plan,
+    scale: float,
+    variant: Variant,
 ) -> tuple[Tensor, Tensor]:
     """The output ``[Tq, H, Dv]`` and the log-sum-exp of every query row's scores ``[Tq, H]``
     (rows without keys: their entries are unspecified, and never read)."""
     q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
     heads = q.shape[1]
+    causal = kernel_causal(variant, extras)
     make = q.new_zeros if p.idle_q else q.new_empty
     out = make((q.shape[0], heads, v.shape[-1]))
     lse = q.new_empty((q.shape[0], heads, 1), dtype=lse_dtype(q.dtype))
@@ -201,7 +288,7 @@ def forward(
         qb = _read(q, bucket.q_read, bucket.n, bucket.q_len)
         kb = _read(k, bucket.k_read, bucket.n, bucket.k_len)
         vb = _read(v, bucket.k_read, bucket.n, bucket.k_len)
-        mask = _mask(bucket, bias, q.dtype, causal)
+        mask = _mask(bucket, bias, extras, variant, q.dtype, heads)
         ob, lse_b = _forward_bucket(qb, kb, vb, mask, scale, causal)
         lse_b = lse_b.unsqueeze(-1)  # [n, H, q_len, 1]
         if bucket.q_real is None or bucket.q_real_dest is None:
@@ -219,52 +306,88 @@ def _rows_of(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[-1])
 
 
+def _fold(x: Tensor | None, dim: int | None, size: int, axis: int) -> Tensor | None:
+    """Merge a vmapped dimension ``dim`` of ``x`` (``None``: not batched, expanded) into its
+    heads axis ``axis``: ``V`` problems of ``H`` heads become one problem of ``V * H`` heads,
+    problem-major (``v * H + h``), which keeps grouped-query heads grouped."""
+    if x is None:
+        return None
+    if dim is None:
+        x = x.unsqueeze(axis).expand(*x.shape[:axis], size, *x.shape[axis:])
+    else:
+        x = x.movedim(dim, axis)
+    return x.flatten(axis, axis + 1)
+
+
 class _BucketedAttention(torch.autograd.Function):
     @staticmethod
     def forward(
-        q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, p: Plan, scale: float, causal: bool
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        bias: Tensor | None,
+        table: Tensor | None,
+        slopes: Tensor | None,
+        documents: Tensor | None,
+        prefix: Tensor | None,
+        p: Plan,
+        scale: float,
+        variant: Variant,
     ) -> tuple[Tensor, Tensor]:
-        return forward(q, k, v, bias, p, scale, causal)
+        extras = Extras(table, slopes, documents, prefix)
+        return forward(q, k, v, bias, extras, p, scale, variant)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        q, k, v, bias, p, scale, causal = inputs
+        q, k, v, bias, table, slopes, documents, prefix, p, scale, variant = inputs
         out, lse = output
         ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(q, k, v, bias, out, lse)
-        ctx.save_for_forward(q, k, v, bias)
-        ctx.plan, ctx.scale, ctx.causal = p, scale, causal
+        ctx.save_for_backward(q, k, v, bias, table, slopes, documents, prefix, out, lse)
+        ctx.save_for_forward(q, k, v, bias, table, slopes, documents, prefix)
+        ctx.plan, ctx.scale, ctx.variant = p, scale, variant
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_lse: Any) -> tuple[Any, ...]:
-        q, k, v, bias, out, lse = ctx.saved_tensors
-        need = ctx.needs_input_grad[:4]
-        grads = vjp(ctx.plan, q, k, v, bias, out, lse, grad, ctx.scale, ctx.causal, need)
-        return (*(g if n else None for g, n in zip(grads, need, strict=True)), None, None, None)
+        q, k, v, bias, table, slopes, documents, prefix, out, lse = ctx.saved_tensors
+        need = ctx.needs_input_grad[:6]
+        extras = Extras(table, slopes, documents, prefix)
+        grads = vjp(ctx.plan, q, k, v, bias, extras, out, lse, grad, ctx.scale, ctx.variant, need)
+        grads = tuple(g if n else None for g, n in zip(grads, need, strict=True))
+        return (*grads, None, None, None, None, None)
 
     @staticmethod
-    def jvp(ctx: Any, dq: Any, dk: Any, dv: Any, dbias: Any, *_: Any) -> tuple[Tensor, None]:
-        q, k, v, bias = ctx.saved_tensors
-        tangent = _jvp(ctx.plan, q, k, v, bias, dq, dk, dv, dbias, ctx.scale, ctx.causal)
+    def jvp(ctx: Any, *tangents: Any) -> tuple[Tensor, None]:
+        q, k, v, bias, table, slopes, documents, prefix = ctx.saved_tensors
+        extras = Extras(table, slopes, documents, prefix)
+        dq, dk, dv, dbias, dtable, dslopes = tangents[:6]
+        tangent = _jvp(
+            ctx.plan,
+            q,
+            k,
+            v,
+            bias,
+            extras,
+            (dq, dk, dv, dbias, dtable, dslopes),
+            ctx.scale,
+            ctx.variant,
+        )
         return tangent, None
 
     @staticmethod
     def vmap(info: Any, in_dims: Any, *args: Any) -> Any:
-        q, k, v, bias, p, scale, causal = args
+        q, k, v, bias, table, slopes, documents, prefix, p, scale, variant = args
         size = info.batch_size
-
-        def fold(x: Tensor | None, dim: int | None) -> Tensor | None:
-            if x is None:
-                return None
-            if dim is None:
-                x = x.unsqueeze(1).expand(x.shape[0], size, *x.shape[1:])
-            else:
-                x = x.movedim(dim, 1)
-            return x.reshape(x.shape[0], -1, *x.shape[3:])  # [rows, V * H, ...]
-
-        q2, k2, v2 = (fold(x, d) for x, d in zip((q, k, v), in_dims[:3], strict=True))
-        b2 = fold(bias, in_dims[3])
-        out, lse = _BucketedAttention.apply(q2, k2, v2, b2, p, scale, causal)
+        if in_dims[6] is not None or in_dims[7] is not None:
+            raise NotImplementedError(
+                "vmap over the `document_ids` or `prefix` of ragged.attention is not supported"
+            )
+        q2, k2, v2, b2, t2 = (
+            _fold(x, d, size, 1) for x, d in zip((q, k, v, bias, table), in_dims[:5], strict=True)
+        )
+        s2 = _fold(slopes, in_dims[5], size, 0)
+        out, lse = _BucketedAttention.apply(
+            q2, k2, v2, b2, t2, s2, documents, prefix, p, scale, variant
+        )
         out = out.view(out.shape[0], size, -1, out.shape[-1])
         lse = lse.view(lse.shape[0], size, -1)
         return (out, lse), (1, 1)
@@ -276,33 +399,46 @@ def vjp(
     k: Tensor,
     v: Tensor,
     bias: Tensor | None,
+    extras: Extras,
     out: Tensor,
     lse: Tensor,
     grad: Tensor,
     scale: float,
-    causal: bool,
+    variant: Variant,
     need: tuple[bool, ...],
 ) -> tuple[Tensor | None, ...]:
-    """Gradients bucket by bucket, with batched matmuls.
+    """Gradients of ``(q, k, v, bias, table, slopes)``, bucket by bucket.
 
-    First order (no graph of the gradient): probabilities from the saved log-sum-exp, updated
-    in place in fresh temporaries. When a graph of the gradient is being built (double
-    backward), every step is out of place and the probabilities come from a differentiable
-    softmax (the saved log-sum-exp carries no gradient; the saved output does, through this
-    Function).
+    First order (no graph of the gradient): torch's flash backward kernel when no bias, table
+    or slopes needs a gradient; else probabilities from the saved log-sum-exp, updated in place
+    in fresh temporaries, and batched matmuls. When a graph of the gradient is being built
+    (double backward), every step is out of place and the probabilities come from a
+    differentiable softmax (the saved log-sum-exp carries no gradient; the saved output does,
+    through this Function).
     """
     graph = torch.is_grad_enabled()
     q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
-    heads, width, width_v = q.shape[1], q.shape[2], v.shape[2]
+    heads, kv_heads, width, width_v = q.shape[1], k.shape[1], q.shape[2], v.shape[2]
+    causal = kernel_causal(variant, extras)
+    table, slopes = extras.table, extras.slopes
+    need_table = len(need) > 4 and need[4] and table is not None
+    need_slopes = len(need) > 5 and need[5] and slopes is not None
     delta = None  # [Tq, H, 1]: rowsum(dO * O), for the matmul formulas
     sources = (grad,)
     dq = _result(p, p.idle_q, sources, q.shape) if need[0] else None
     dk = _result(p, p.idle_k, sources, k.shape) if need[1] else None
     dv = _result(p, p.idle_k, sources, v.shape) if need[2] else None
-    dbias = None
+    dbias = dtable = dslopes = None
     if need[3] and bias is not None:
         dbias = _buffer(sources, bias.shape[0], (heads,), q)
-    flash = not graph and not need[3] and width == width_v and q.device.type == "cpu"
+    flash = (
+        not graph
+        and dbias is None
+        and not need_table
+        and not need_slopes
+        and width == width_v
+        and q.device.type == "cpu"
+    )
     for bucket in p.buckets:
         n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
         qb = _read(q, bucket.q_read, n, q_len)
@@ -314,7 +450,7 @@ def vjp(
             gb = torch.where(q_keep, gb, 0.0)
         # Padded slots read the log-sum-exp of the row they were read from (the same scores).
         lse_b = _read(lse.unsqueeze(-1), bucket.q_read, n, q_len).squeeze(-1)  # [n, H, q_len]
-        mask = _mask(bucket, bias, q.dtype, causal)
+        mask = _mask(bucket, bias, extras, variant, q.dtype, heads)
         if flash and q_len >= FLASH_BACKWARD_MIN:
             ob = _read(out, bucket.q_read, n, q_len)
             dqb, dkb, dvb = _flash_backward(
@@ -334,7 +470,7 @@ def vjp(
         if q_keep is not None:
             db = torch.where(q_keep, db, 0.0)
         scores = _scores(qb, kb, mask, scale, causal, inplace=not graph)
-        dweights = torch.matmul(gb, vb.transpose(-1, -2))
+        dweights = qk(gb, vb)
         if graph:
             weights = _safe_softmax(scores)
             dscores = (dweights - db) * weights
@@ -342,22 +478,45 @@ def vjp(
             weights = scores.sub_(lse_b.unsqueeze(-1).to(scores.dtype)).exp_()
             dscores = dweights.sub_(db).mul_(weights)
         if dv is not None:
-            _write(dv, bucket.k_dest, torch.matmul(weights.transpose(-1, -2), gb))
+            _write(dv, bucket.k_dest, key_grad(weights, gb, kv_heads))
         if dq is not None:
-            _write(dq, bucket.q_dest, torch.matmul(dscores, kb) * scale)
+            _write(dq, bucket.q_dest, pv(dscores, kb) * scale)
         if dk is not None:
-            _write(dk, bucket.k_dest, torch.matmul(dscores.transpose(-1, -2), qb) * scale)
+            _write(dk, bucket.k_dest, key_grad(dscores, qb, kv_heads) * scale)
         if dbias is not None:
             block = dscores.permute(0, 2, 3, 1)  # [n, q_len, k_len, H]
             if bucket.pair_range is not None:
                 dbias[bucket.pair_range[0] : bucket.pair_range[1]].view_as(block).copy_(block)
             else:
                 dbias.index_put_((_pair_index(bucket, dump=dbias.shape[0] - 1),), block)
+        if need_table or need_slopes:
+            i, j = _positions(bucket, q.device)
+            grads = position_bias_grads(
+                dscores,
+                i,
+                j,
+                variant.radius,
+                table if need_table else None,
+                slopes if need_slopes else None,
+            )
+            dtable = _accumulate(dtable, grads[0])
+            dslopes = _accumulate(dslopes, grads[1])
+    if need_table and dtable is None and table is not None:  # no bucket: no pairs
+        dtable = torch.zeros_like(table)
+    if need_slopes and dslopes is None and slopes is not None:
+        dslopes = torch.zeros_like(slopes)
     shapes = (q.shape, k.shape, v.shape, None if bias is None else bias.shape)
-    return tuple(
+    first = tuple(
         None if x is None or shape is None else _trim(x, shape[0])
         for x, shape in zip((dq, dk, dv, dbias), shapes, strict=True)
     )
+    return (*first, dtable, dslopes)
+
+
+def _accumulate(total: Tensor | None, term: Tensor | None) -> Tensor | None:
+    if term is None:
+        return total
+    return term if total is None else total + term
 
 
 def _jvp(
@@ -366,41 +525,47 @@ def _jvp(
     k: Tensor,
     v: Tensor,
     bias: Tensor | None,
-    dq: Tensor | None,
-    dk: Tensor | None,
-    dv: Tensor | None,
-    dbias: Tensor | None,
+    extras: Extras,
+    tangents: tuple[Tensor | None, ...],
     scale: float,
-    causal: bool,
+    variant: Variant,
 ) -> Tensor:
     """The output tangent, bucket by bucket (tangents may be batched)."""
+    dq, dk, dv, dbias, dtable, dslopes = tangents
     q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
-    shape = (q.shape[0], q.shape[1], v.shape[2])
-    out = _result(p, p.idle_q, (dq, dk, dv, dbias), torch.Size(shape))
+    heads = q.shape[1]
+    causal = kernel_causal(variant, extras)
+    shape = (q.shape[0], heads, v.shape[2])
+    out = _result(p, p.idle_q, (dq, dk, dv, dbias, dtable, dslopes), torch.Size(shape))
     for bucket in p.buckets:
         n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
         qb = _read(q, bucket.q_read, n, q_len)
         kb = _read(k, bucket.k_read, n, k_len)
         vb = _read(v, bucket.k_read, n, k_len)
-        mask = _mask(bucket, bias, q.dtype, causal)
+        mask = _mask(bucket, bias, extras, variant, q.dtype, heads)
         weights = _safe_softmax(_scores(qb, kb, mask, scale, causal, inplace=False))
         dscores = None
         if dq is not None:
-            dscores = torch.matmul(_read(dq, bucket.q_read, n, q_len), kb.transpose(-1, -2))
+            dscores = qk(_read(dq, bucket.q_read, n, q_len), kb)
         if dk is not None:
-            term = torch.matmul(qb, _read(dk, bucket.k_read, n, k_len).transpose(-1, -2))
+            term = qk(qb, _read(dk, bucket.k_read, n, k_len))
             dscores = term if dscores is None else dscores + term
         if dscores is not None:
             dscores = dscores * scale
         if dbias is not None:
             term = _bias_block(bucket, dbias)
             dscores = term if dscores is None else dscores + term
+        if dtable is not None or dslopes is not None:
+            i, j = _positions(bucket, q.device)
+            moved = position_bias(i, j, variant.radius, dtable, dslopes)
+            if moved is not None:
+                dscores = moved if dscores is None else dscores + moved
         tangent = None
         if dscores is not None:
             dweights = weights * (dscores - (weights * dscores).sum(-1, keepdim=True))
-            tangent = torch.matmul(dweights, vb)
+            tangent = pv(dweights, vb)
         if dv is not None:
-            term = torch.matmul(weights, _read(dv, bucket.k_read, n, k_len))
+            term = pv(weights, _read(dv, bucket.k_read, n, k_len))
             tangent = term if tangent is None else tangent + term
         if tangent is not None:
             _write(out, bucket.q_dest, tangent)
