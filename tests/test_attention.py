@@ -12,6 +12,7 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
+from ragged.kernels import _attention_blocks as blocks
 from ragged.kernels import _attention_plan as planner
 from tests.optable.attention import attention_reference, cross_lengths, pair_bias
 from tests.strategies import lengths as lengths_strategy
@@ -340,19 +341,27 @@ VARIANTS = [
 ]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     lengths=lengths_strategy(max_segments=6, max_length=24),
     seed=st.integers(0, 2**31 - 1),
     kind=st.sampled_from(VARIANTS),
     cost=st.sampled_from([0, 10**9]),
     kv_heads=st.sampled_from([1, 2, 4]),
+    band_rows=st.sampled_from([3, 64]),
 )
-def test_variants_match_per_segment_sdpa_with_gradients(lengths, seed, kind, cost, kv_heads):
+def test_variants_match_per_segment_sdpa_with_gradients(
+    lengths, seed, kind, cost, kv_heads, band_rows
+):
     """Every variant against per-segment SDPA with the equivalent dense mask: values and the
     gradients of q, k, v and of the tables, slopes and parameters they close over; long
-    segments (the flash backward), equal-length and padded buckets, 1, 2 or 4 key/value heads."""
-    with mock.patch.object(planner, "CALL_COST", cost):
+    segments (the flash backward), equal-length and padded buckets, 1, 2 or 4 key/value heads,
+    windows cut into bands of 3 rows or not."""
+    with (
+        mock.patch.object(planner, "CALL_COST", cost),
+        mock.patch.object(blocks, "BAND_ROWS", band_rows),
+        mock.patch.object(blocks, "BAND_GAIN", 10.0 if band_rows == 3 else blocks.BAND_GAIN),
+    ):
         q, k, v, kwargs, leaves = _variant_call(lengths, seed, kind, kv_heads)
         out = ragged.attention(q, k, v, **kwargs)
         expected = _variant_reference(q, k, v, kwargs)
@@ -496,3 +505,35 @@ def test_varlen_choice_for_variants():
     assert choice.kernel is None and "only the flash kernel" in choice.reason
     choice = choose(dataclasses.replace(base, variants="ALiBi slopes"), True, True)
     assert choice.kernel is None and choice.reason.startswith("ALiBi slopes")
+
+
+@pytest.mark.parametrize("kind", ["window", "window_causal", "alibi_causal_window"])
+def test_windows_are_banded_on_long_segments_exactly(kind):
+    """Long segments with a narrow window run band by band (fewer scores): the same values and
+    gradients as per-segment SDPA with the window as a mask."""
+    lengths = [300, 0, 129, 65, 2]
+    q, k, v, kwargs, leaves = _variant_call(lengths, 0, kind)
+    plan = planner.plan(q.partition.levels[0], q.partition.levels[0], 12)
+    variant = ragged.ops._attention_variants.parse(
+        ragged.attention,
+        q,
+        True,
+        kwargs.get("causal", False),
+        kwargs["window"],
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ).variant
+    cut = [blocks.bands(b, variant, blocks.Extras()) for b in plan.buckets]
+    assert cut[0] is not None and len(cut[0]) == 5  # 300 rows in bands of 64
+    out = ragged.attention(q, k, v, **kwargs)
+    expected = _variant_reference(q, k, v, kwargs)
+    torch.testing.assert_close(out.values, expected)
+    cotangent = torch.randn(out.values.shape, dtype=torch.float64)
+    got = torch.autograd.grad(out.values, leaves, cotangent)
+    want = torch.autograd.grad(expected, leaves, cotangent)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)

@@ -33,6 +33,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ._attention_blocks import (
+    bands,
+    bias_block,
+    buffer,
+    mask,
+    pair_index,
+    positions,
+    read,
+    result,
+    trim,
+    whole,
+    write,
+)
 from ._attention_mods import (
     Extras,
     Variant,
@@ -42,9 +55,8 @@ from ._attention_mods import (
     position_bias_grads,
     pv,
     qk,
-    visible,
 )
-from ._attention_plan import Bucket, Plan, Rows
+from ._attention_plan import Bucket, Plan
 
 # Buckets with at least this many query rows use torch's flash backward kernel when they can.
 # Measured here it is as fast as the batched matmuls or faster for every bucket shape but very
@@ -55,142 +67,8 @@ _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 
 
-def _pair_index(bucket: Bucket, dump: int | None = None) -> Tensor:
-    """Index of every (query, key) slot of the bucket in the bias values, ``[n, q_len,
-    k_len]``: clamped into the segment where padded (``dump is None``, for reading), or the dump
-    row ``dump`` there (for writing). Computed per call (its size is the bucket's pairs)."""
-    device = bucket.pair_start.device
-    i = torch.arange(bucket.q_len, device=device).view(1, -1, 1)
-    j = torch.arange(bucket.k_len, device=device).view(1, 1, -1)
-    nq, nk = bucket.q_counts.view(-1, 1, 1), bucket.k_counts.view(-1, 1, 1)
-    start = bucket.pair_start.view(-1, 1, 1)
-    if dump is None:
-        return start + torch.minimum(i, nq - 1) * nk + torch.minimum(j, nk - 1)
-    inside = (i < nq) & (j < nk)
-    return torch.where(inside, start + i * nk + j, dump)
-
-
-def _read(x: Tensor, rows: Rows, n: int, size: int) -> Tensor:
-    """A bucket's rows of ``x`` (``[T, H, D]``) as ``[n, H, size, D]``."""
-    block = x[rows[0] : rows[1]] if isinstance(rows, tuple) else x.index_select(0, rows)
-    return block.view(n, size, *x.shape[1:]).transpose(1, 2)
-
-
-def _write(buffer: Tensor, dest: Rows, part: Tensor) -> None:
-    """Write a bucket's ``[n, H, size, D]`` result rows into ``buffer`` (``[T + 1, H, D]``; row
-    ``T`` is a dump for padded slots)."""
-    rows = part.transpose(1, 2)  # [n, size, H, D]
-    if isinstance(dest, tuple):
-        buffer[dest[0] : dest[1]].view_as(rows).copy_(rows)
-    else:
-        buffer.index_put_((dest.view(rows.shape[:2]),), rows)
-
-
-def _buffer(sources: tuple[Tensor | None, ...], rows: int, tail: Any, like: Tensor) -> Tensor:
-    """Zeros ``[rows + 1, *tail]`` (the last row is a dump) of ``like``'s dtype and device,
-    batched under ``vmap`` when any source is: made from an empty slice of the sources rather
-    than by a factory. The result is returned as the view ``[:rows]``."""
-    anchor = None
-    for source in sources:
-        if source is not None:
-            zero = source.reshape(-1)[:0].sum()
-            anchor = zero if anchor is None else anchor + zero
-    if anchor is None:
-        return like.new_zeros((rows + 1, *tail))
-    return anchor.to(like.dtype).expand(rows + 1, *tail).contiguous()
-
-
-def _result(p: Plan, idle: bool, sources: tuple[Tensor | None, ...], shape: torch.Size) -> Tensor:
-    """The buffer a gradient or tangent of ``shape`` is written into. Uninitialised and without
-    a dump row when every row is written (no padding, no idle rows) and there is one source of
-    that shape: its ``empty_like``, batched under ``vmap`` when the source is. Else
-    ``_buffer`` (batched when any source is)."""
-    present = [s for s in sources if s is not None]
-    if not p.padded and not idle and len(present) == 1 and present[0].shape == shape:
-        return torch.empty_like(present[0], memory_format=torch.contiguous_format)
-    like = next(s for s in sources if s is not None)
-    return _buffer(sources, shape[0], tuple(shape[1:]), like)
-
-
-def _trim(buffer: Tensor, rows: int) -> Tensor:
-    """Drop the dump row of a ``_buffer`` (no-op for an exact buffer)."""
-    return buffer if buffer.shape[0] == rows else buffer[:rows]
-
-
-def _positions(bucket: Bucket, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Query and key positions of a bucket's slots, ``[q_len, 1]`` and ``[1, k_len]`` (every
-    segment of a bucket starts at position 0)."""
-    i = torch.arange(bucket.q_len, device=device).view(-1, 1)
-    j = torch.arange(bucket.k_len, device=device).view(1, -1)
-    return i, j
-
-
-def _visible(
-    bucket: Bucket, extras: Extras, variant: Variant, heads: int, device: torch.device
-) -> Tensor | None:
-    """The bucket's pairs kept by the variants' masks, bool broadcast to ``[n, H, q, k]``."""
-    n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
-    i, j = _positions(bucket, device)
-    i, j = i.view(1, 1, q_len, 1), j.view(1, 1, 1, k_len)
-    prefix = docs_i = docs_j = mod_args = None
-    if extras.prefix is not None:
-        prefix = extras.prefix.index_select(0, bucket.segments).view(n, 1, 1, 1)
-    if extras.documents is not None:
-        docs = extras.documents.view(-1, 1, 1)
-        docs_i = _read(docs, bucket.q_read, n, q_len).view(n, 1, q_len, 1)
-        docs_j = _read(docs, bucket.k_read, n, k_len).view(n, 1, 1, k_len)
-    if variant.mask_mod is not None:
-        # Padded slots see their segment's last position (their scores are dropped anyway).
-        h = torch.arange(heads, device=device) % variant.heads
-        mod_args = (bucket.segments.view(n, 1, 1, 1), h.view(1, heads, 1, 1))
-        if bucket.q_keep is not None or bucket.key_keep is not None:
-            i = torch.minimum(i, bucket.q_counts.view(n, 1, 1, 1) - 1)
-            j = torch.minimum(j, bucket.k_counts.view(n, 1, 1, 1) - 1)
-    return visible(i, j, variant, prefix, docs_i, docs_j, mod_args)
-
-
-def _mask(
-    bucket: Bucket,
-    bias: Tensor | None,
-    extras: Extras,
-    variant: Variant,
-    dtype: torch.dtype,
-    heads: int,
-) -> Tensor | None:
-    """The additive mask of a bucket, broadcast to ``[n, H, q_len, k_len]``: the pair bias, the
-    relative-position and ALiBi biases, ``-inf`` where the variants' masks or padded keys hide
-    a pair; ``None`` when there is nothing. Causal attention without a prefix is the kernel's
-    own; with it (or a prefix) padded keys need no mask: they come after every real query."""
-    device = bucket.pair_start.device
-    mask = None if bias is None else _bias_block(bucket, bias)
-    if extras.table is not None or extras.slopes is not None:
-        i, j = _positions(bucket, device)
-        term = position_bias(i, j, variant.radius, extras.table, extras.slopes)
-        if term is not None:
-            term = term.unsqueeze(0).to(dtype)  # [1, H, q, k]
-            mask = term if mask is None else mask + term
-    keep = _visible(bucket, extras, variant, heads, device)
-    if bucket.key_keep is not None and not variant.causal:
-        pad = bucket.key_keep.view(bucket.n, 1, 1, bucket.k_len)
-        keep = pad if keep is None else keep & pad
-    if keep is None:
-        return mask
-    if mask is None:
-        mask = torch.zeros((), dtype=dtype, device=device)
-    return torch.where(keep, mask, float("-inf"))
-
-
-def _bias_block(bucket: Bucket, bias: Tensor) -> Tensor:
-    """A bucket's block of the pair bias ``[pairs, H]`` as ``[n, H, q_len, k_len]``."""
-    if bucket.pair_range is not None:
-        block = bias[bucket.pair_range[0] : bucket.pair_range[1]]
-    else:
-        block = bias.index_select(0, _pair_index(bucket).view(-1))
-    return block.view(bucket.n, bucket.q_len, bucket.k_len, -1).permute(0, 3, 1, 2)
-
-
 def _scores(
-    qb: Tensor, kb: Tensor, mask: Tensor | None, scale: float, causal: bool, inplace: bool = True
+    qb: Tensor, kb: Tensor, add: Tensor | None, scale: float, causal: bool, inplace: bool = True
 ) -> Tensor:
     """Masked scores ``[n, H, q_len, k_len]`` (out of place when a graph is recorded)."""
     scores = qk(qb, kb)
@@ -200,12 +78,12 @@ def _scores(
         above = torch.ones(shape, dtype=torch.bool, device=scores.device).triu_(1)
     if not inplace:
         scores = scores * scale
-        if mask is not None:
-            scores = scores + mask
+        if add is not None:
+            scores = scores + add
         return scores if above is None else scores.masked_fill(above, float("-inf"))
     scores.mul_(scale)
-    if mask is not None:
-        scores.add_(mask)
+    if add is not None:
+        scores.add_(add)
     return scores if above is None else scores.masked_fill_(above, float("-inf"))
 
 
@@ -221,17 +99,93 @@ def _safe_softmax(scores: Tensor) -> Tensor:
 
 
 def _forward_bucket(
-    qb: Tensor, kb: Tensor, vb: Tensor, mask: Tensor | None, scale: float, causal: bool
+    qb: Tensor, kb: Tensor, vb: Tensor, attn_mask: Tensor | None, scale: float, causal: bool
 ) -> tuple[Tensor, Tensor]:
     """Output ``[n, H, q_len, Dv]`` and log-sum-exp ``[n, H, q_len]`` of one bucket (0 for a
     row whose keys are all masked, as the flash kernel gives)."""
     if qb.shape[-1] == vb.shape[-1] and qb.device.type == "cpu":
-        return _flash(qb, kb, vb, 0.0, causal, attn_mask=mask, scale=scale)
-    scores = _scores(qb, kb, mask, scale, causal)
+        return _flash(qb, kb, vb, 0.0, causal, attn_mask=attn_mask, scale=scale)
+    scores = _scores(qb, kb, attn_mask, scale, causal)
     lse = torch.logsumexp(scores, -1)
     lse = torch.where(torch.isfinite(lse), lse, 0.0)
     weights = scores.sub_(lse.unsqueeze(-1)).exp_()
     return pv(weights, vb), lse.to(lse_dtype(qb.dtype))
+
+
+def _forward_banded(
+    bucket: Bucket,
+    qb: Tensor,
+    kb: Tensor,
+    vb: Tensor,
+    bias: Tensor | None,
+    extras: Extras,
+    variant: Variant,
+    scale: float,
+    causal: bool,
+) -> tuple[Tensor, Tensor]:
+    """``_forward_bucket`` on the whole bucket, or band by band under a narrow window."""
+    heads = qb.shape[1]
+    cut = bands(bucket, variant, extras)
+    if cut is None:
+        return _forward_bucket(
+            qb, kb, vb, mask(bucket, bias, extras, variant, qb.dtype, heads), scale, causal
+        )
+    out = qb.new_empty((*qb.shape[:-1], vb.shape[-1]))
+    lse = qb.new_empty(qb.shape[:-1], dtype=lse_dtype(qb.dtype))
+    for block in cut:
+        a, b, c, d = block
+        part = mask(bucket, bias, extras, variant, qb.dtype, heads, block)
+        out_b, lse_b = _forward_bucket(
+            qb[:, :, a:b], kb[:, :, c:d], vb[:, :, c:d], part, scale, False
+        )
+        out[:, :, a:b], lse[:, :, a:b] = out_b, lse_b
+    return out, lse
+
+
+def _flash_backward_banded(
+    bucket: Bucket,
+    gb: Tensor,
+    qb: Tensor,
+    kb: Tensor,
+    vb: Tensor,
+    ob: Tensor,
+    lse_b: Tensor,
+    bias: Tensor | None,
+    extras: Extras,
+    variant: Variant,
+    scale: float,
+    causal: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """torch's flash backward on the whole bucket, or band by band under a narrow window (the
+    key gradients of overlapping bands add up)."""
+    heads = qb.shape[1]
+    cut = bands(bucket, variant, extras)
+    if cut is None:
+        whole_mask = mask(bucket, bias, extras, variant, qb.dtype, heads)
+        return _flash_backward(
+            gb, qb, kb, vb, ob, lse_b.contiguous(), 0.0, causal, attn_mask=whole_mask, scale=scale
+        )
+    dq = torch.empty_like(qb)
+    dk, dv = torch.zeros_like(kb), torch.zeros_like(vb)
+    for block in cut:
+        a, b, c, d = block
+        part = mask(bucket, bias, extras, variant, qb.dtype, heads, block)
+        dqc, dkc, dvc = _flash_backward(
+            gb[:, :, a:b],
+            qb[:, :, a:b],
+            kb[:, :, c:d],
+            vb[:, :, c:d],
+            ob[:, :, a:b],
+            lse_b[:, :, a:b].contiguous(),
+            0.0,
+            False,
+            attn_mask=part,
+            scale=scale,
+        )
+        dq[:, :, a:b] = dqc
+        dk[:, :, c:d] += dkc
+        dv[:, :, c:d] += dvc
+    return dq, dk, dv
 
 
 def lse_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -285,15 +239,14 @@ def forward(
     out = make((q.shape[0], heads, v.shape[-1]))
     lse = q.new_empty((q.shape[0], heads, 1), dtype=lse_dtype(q.dtype))
     for bucket in p.buckets:
-        qb = _read(q, bucket.q_read, bucket.n, bucket.q_len)
-        kb = _read(k, bucket.k_read, bucket.n, bucket.k_len)
-        vb = _read(v, bucket.k_read, bucket.n, bucket.k_len)
-        mask = _mask(bucket, bias, extras, variant, q.dtype, heads)
-        ob, lse_b = _forward_bucket(qb, kb, vb, mask, scale, causal)
+        qb = read(q, bucket.q_read, bucket.n, bucket.q_len)
+        kb = read(k, bucket.k_read, bucket.n, bucket.k_len)
+        vb = read(v, bucket.k_read, bucket.n, bucket.k_len)
+        ob, lse_b = _forward_banded(bucket, qb, kb, vb, bias, extras, variant, scale, causal)
         lse_b = lse_b.unsqueeze(-1)  # [n, H, q_len, 1]
         if bucket.q_real is None or bucket.q_real_dest is None:
-            _write(out, bucket.q_dest, ob)
-            _write(lse, bucket.q_dest, lse_b)
+            write(out, bucket.q_dest, ob)
+            write(lse, bucket.q_dest, lse_b)
         else:  # only the real rows: the outputs have no dump row (they are returned as is)
             for target, part in ((out, ob), (lse, lse_b)):
                 rows = _rows_of(part).index_select(0, bucket.q_real)
@@ -425,12 +378,12 @@ def vjp(
     need_slopes = len(need) > 5 and need[5] and slopes is not None
     delta = None  # [Tq, H, 1]: rowsum(dO * O), for the matmul formulas
     sources = (grad,)
-    dq = _result(p, p.idle_q, sources, q.shape) if need[0] else None
-    dk = _result(p, p.idle_k, sources, k.shape) if need[1] else None
-    dv = _result(p, p.idle_k, sources, v.shape) if need[2] else None
+    dq = result(p, p.idle_q, sources, q.shape) if need[0] else None
+    dk = result(p, p.idle_k, sources, k.shape) if need[1] else None
+    dv = result(p, p.idle_k, sources, v.shape) if need[2] else None
     dbias = dtable = dslopes = None
     if need[3] and bias is not None:
-        dbias = _buffer(sources, bias.shape[0], (heads,), q)
+        dbias = buffer(sources, bias.shape[0], (heads,), q)
     flash = (
         not graph
         and dbias is None
@@ -441,35 +394,35 @@ def vjp(
     )
     for bucket in p.buckets:
         n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
-        qb = _read(q, bucket.q_read, n, q_len)
-        kb = _read(k, bucket.k_read, n, k_len)
-        vb = _read(v, bucket.k_read, n, k_len)
-        gb = _read(grad, bucket.q_read, n, q_len)
+        qb = read(q, bucket.q_read, n, q_len)
+        kb = read(k, bucket.k_read, n, k_len)
+        vb = read(v, bucket.k_read, n, k_len)
+        gb = read(grad, bucket.q_read, n, q_len)
         q_keep = None if bucket.q_keep is None else bucket.q_keep.view(n, 1, q_len, 1)
         if q_keep is not None:  # padded query rows carry no gradient
             gb = torch.where(q_keep, gb, 0.0)
         # Padded slots read the log-sum-exp of the row they were read from (the same scores).
-        lse_b = _read(lse.unsqueeze(-1), bucket.q_read, n, q_len).squeeze(-1)  # [n, H, q_len]
-        mask = _mask(bucket, bias, extras, variant, q.dtype, heads)
+        lse_b = read(lse.unsqueeze(-1), bucket.q_read, n, q_len).squeeze(-1)  # [n, H, q_len]
         if flash and q_len >= FLASH_BACKWARD_MIN:
-            ob = _read(out, bucket.q_read, n, q_len)
-            dqb, dkb, dvb = _flash_backward(
-                gb, qb, kb, vb, ob, lse_b.contiguous(), 0.0, causal, attn_mask=mask, scale=scale
+            ob = read(out, bucket.q_read, n, q_len)
+            dqb, dkb, dvb = _flash_backward_banded(
+                bucket, gb, qb, kb, vb, ob, lse_b, bias, extras, variant, scale, causal
             )
-            for buffer, dest, part in ((dq, bucket.q_dest, dqb), (dk, bucket.k_dest, dkb)):
-                if buffer is not None:
-                    _write(buffer, dest, part)
+            for target, dest, part in ((dq, bucket.q_dest, dqb), (dk, bucket.k_dest, dkb)):
+                if target is not None:
+                    write(target, dest, part)
             if dv is not None:
-                _write(dv, bucket.k_dest, dvb)
+                write(dv, bucket.k_dest, dvb)
             continue
+        block_mask = mask(bucket, bias, extras, variant, q.dtype, heads)
         # Batched matmuls want contiguous [n, H, L, D] operands: copy each once.
         qb, kb, vb, gb = qb.contiguous(), kb.contiguous(), vb.contiguous(), gb.contiguous()
         if delta is None:
             delta = (grad * out).sum(-1, keepdim=True)
-        db = _read(delta, bucket.q_read, n, q_len)  # [n, H, q_len, 1]
+        db = read(delta, bucket.q_read, n, q_len)  # [n, H, q_len, 1]
         if q_keep is not None:
             db = torch.where(q_keep, db, 0.0)
-        scores = _scores(qb, kb, mask, scale, causal, inplace=not graph)
+        scores = _scores(qb, kb, block_mask, scale, causal, inplace=not graph)
         dweights = qk(gb, vb)
         if graph:
             weights = _safe_softmax(scores)
@@ -478,19 +431,19 @@ def vjp(
             weights = scores.sub_(lse_b.unsqueeze(-1).to(scores.dtype)).exp_()
             dscores = dweights.sub_(db).mul_(weights)
         if dv is not None:
-            _write(dv, bucket.k_dest, key_grad(weights, gb, kv_heads))
+            write(dv, bucket.k_dest, key_grad(weights, gb, kv_heads))
         if dq is not None:
-            _write(dq, bucket.q_dest, pv(dscores, kb) * scale)
+            write(dq, bucket.q_dest, pv(dscores, kb) * scale)
         if dk is not None:
-            _write(dk, bucket.k_dest, key_grad(dscores, qb, kv_heads) * scale)
+            write(dk, bucket.k_dest, key_grad(dscores, qb, kv_heads) * scale)
         if dbias is not None:
             block = dscores.permute(0, 2, 3, 1)  # [n, q_len, k_len, H]
             if bucket.pair_range is not None:
                 dbias[bucket.pair_range[0] : bucket.pair_range[1]].view_as(block).copy_(block)
             else:
-                dbias.index_put_((_pair_index(bucket, dump=dbias.shape[0] - 1),), block)
+                dbias.index_put_((pair_index(bucket, dump=dbias.shape[0] - 1),), block)
         if need_table or need_slopes:
-            i, j = _positions(bucket, q.device)
+            i, j = positions(whole(bucket), q.device)
             grads = position_bias_grads(
                 dscores,
                 i,
@@ -507,7 +460,7 @@ def vjp(
         dslopes = torch.zeros_like(slopes)
     shapes = (q.shape, k.shape, v.shape, None if bias is None else bias.shape)
     first = tuple(
-        None if x is None or shape is None else _trim(x, shape[0])
+        None if x is None or shape is None else trim(x, shape[0])
         for x, shape in zip((dq, dk, dv, dbias), shapes, strict=True)
     )
     return (*first, dtable, dslopes)
@@ -536,27 +489,27 @@ def _jvp(
     heads = q.shape[1]
     causal = kernel_causal(variant, extras)
     shape = (q.shape[0], heads, v.shape[2])
-    out = _result(p, p.idle_q, (dq, dk, dv, dbias, dtable, dslopes), torch.Size(shape))
+    out = result(p, p.idle_q, (dq, dk, dv, dbias, dtable, dslopes), torch.Size(shape))
     for bucket in p.buckets:
         n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
-        qb = _read(q, bucket.q_read, n, q_len)
-        kb = _read(k, bucket.k_read, n, k_len)
-        vb = _read(v, bucket.k_read, n, k_len)
-        mask = _mask(bucket, bias, extras, variant, q.dtype, heads)
-        weights = _safe_softmax(_scores(qb, kb, mask, scale, causal, inplace=False))
+        qb = read(q, bucket.q_read, n, q_len)
+        kb = read(k, bucket.k_read, n, k_len)
+        vb = read(v, bucket.k_read, n, k_len)
+        block_mask = mask(bucket, bias, extras, variant, q.dtype, heads)
+        weights = _safe_softmax(_scores(qb, kb, block_mask, scale, causal, inplace=False))
         dscores = None
         if dq is not None:
-            dscores = qk(_read(dq, bucket.q_read, n, q_len), kb)
+            dscores = qk(read(dq, bucket.q_read, n, q_len), kb)
         if dk is not None:
-            term = qk(qb, _read(dk, bucket.k_read, n, k_len))
+            term = qk(qb, read(dk, bucket.k_read, n, k_len))
             dscores = term if dscores is None else dscores + term
         if dscores is not None:
             dscores = dscores * scale
         if dbias is not None:
-            term = _bias_block(bucket, dbias)
+            term = bias_block(bucket, dbias)
             dscores = term if dscores is None else dscores + term
         if dtable is not None or dslopes is not None:
-            i, j = _positions(bucket, q.device)
+            i, j = positions(whole(bucket), q.device)
             moved = position_bias(i, j, variant.radius, dtable, dslopes)
             if moved is not None:
                 dscores = moved if dscores is None else dscores + moved
@@ -565,8 +518,8 @@ def _jvp(
             dweights = weights * (dscores - (weights * dscores).sum(-1, keepdim=True))
             tangent = pv(dweights, vb)
         if dv is not None:
-            term = pv(weights, _read(dv, bucket.k_read, n, k_len))
+            term = pv(weights, read(dv, bucket.k_read, n, k_len))
             tangent = term if tangent is None else tangent + term
         if tangent is not None:
-            _write(out, bucket.q_dest, tangent)
-    return _trim(out, shape[0])
+            write(out, bucket.q_dest, tangent)
+    return trim(out, shape[0])
