@@ -14,6 +14,11 @@ masked out. So under ``torch.compile(dynamic=True)`` this is one graph with no d
 size, and every ``torch.func`` transform works on it (it is made of ``matmul``,
 ``index_select``, ``index_add``, ``scatter_reduce`` and elementwise ops).
 
+The variants (``_attention_mods``) apply per tile: grouped-query heads by folding each group's
+query heads into one matmul (keys and values are not repeated), the masks and positional biases
+on the tile's positions ``i = query block * block + slot`` and ``j`` likewise, and ``score_mod``
+on the tile's scores (any differentiable function: this is its path in every mode).
+
 This is also the reference for the eager kernel's transform rules (forward AD, double
 backward) in ``_attention_buckets.py``.
 """

@@ -16,15 +16,23 @@ Three implementations with one semantics (the reference is
   one call of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host
   once per partition object (cached, weakly). Under ``torch.compile`` on CPU the same kernel runs
   as an opaque custom op (``_attention_op.py``): one graph across batches with static shapes; it
-  reads the lengths from memory when it runs.
+  reads the lengths from memory when it runs. Narrow windows run band by band
+  (``_attention_blocks.py``).
 * otherwise (``ragged/kernels/_attention_tiles.py``): block tiles of each segment, batched
   matmuls and segment softmax, with static sizes only: on other devices (eager or compiled),
-  with ``TILES_UNDER_COMPILE``, or with dropout on CPU. No host read when the partitions
+  with ``TILES_UNDER_COMPILE``, or with dropout or a ``score_mod`` on CPU (and a ``mask_mod``
+  under ``torch.compile``). No host read when the partitions
   bound the tiles statically (always but for cross-attention without a bias whose maximum
   lengths are unknown): one graph across batches under ``torch.compile(dynamic=True)``.
 
 Memory is at most ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist), never ``O(B * Lmax^2)``.
-Semantics decisions are in ``docs/semantics.md`` (section "Attention semantics").
+
+The variants (grouped-query heads, windows, ALiBi, relative positions, document and prefix
+masks, ``score_mod``, ``mask_mod``) are checked in ``_attention_variants.py`` and evaluated by
+every path on its own blocks of scores (``ragged/kernels/_attention_mods.py``); ``_attend``
+takes one ragged level of queries and one of keys, so a dispatch for inner ragged axes can call
+it on the innermost level. Semantics decisions are in ``docs/semantics.md`` (section "Attention
+semantics").
 """
 
 from __future__ import annotations
