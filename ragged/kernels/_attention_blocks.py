@@ -128,6 +128,9 @@ def _visible(
     device: torch.device,
 ) -> Tensor | None:
     """The block's pairs kept by the variants' masks, bool broadcast to ``[n, H, q, k]``."""
+    masked = variant.windowed or variant.mask_mod is not None
+    if not masked and extras.prefix is None and extras.documents is None:
+        return None
     n = bucket.n
     a, b, c, d = block
     i, j = positions(block, device)
