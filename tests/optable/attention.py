@@ -271,7 +271,8 @@ def positional_samples(
 
     def buckets(d: torch.Tensor) -> torch.Tensor:  # T5-like: log-spaced buckets of a table
         sign = torch.where(d < 0, 0, 3)
-        return weights[sign + torch.log2(d.abs().clamp_min(1).double()).floor().long().clamp_max(2)]
+        index = sign + torch.log2(d.abs().clamp_min(1).double()).floor().long().clamp_max(2)
+        return weights.to(d.device)[index]  # the device tests move the arrays, not closures
 
     args = (q, k, v, *extra)
     return [
@@ -301,7 +302,8 @@ def mods_samples(
     gains = torch.rand(heads, generator=gen, dtype=torch.float64).to(dtype) + 0.5
 
     def softcap(score, b, h, i, j):  # tanh soft-capping, a per-head gain, a per-segment shift
-        return 2.0 * torch.tanh(score * gains[h] / 2.0) + 0.1 * b - 0.05 * (i - j).abs()
+        gain = gains.to(score.device)[h]  # the device tests move the arrays, not closures
+        return 2.0 * torch.tanh(score * gain / 2.0) + 0.1 * b - 0.05 * (i - j).abs()
 
     def checker(b, h, i, j):  # a strided pattern that keeps the diagonal
         return ((i + j + h + b) % 3 != 1) | (i == j)
