@@ -33,6 +33,8 @@ window of 128 keys back (Mistral-style), the same sizes otherwise, on the long s
   ``enable_gqa=True`` and the equivalent dense mask (key padding, causal, window);
 * ``ragged``: ``ragged.nn.RaggedTransformerEncoder(..., num_kv_heads=2, causal=True,
   window=(128, 0))``;
+* ``ragged-unbanded``: the same with the window cut into bands off (one kernel call per length
+  bucket with the window as its mask), to measure the bands;
 * ``loop``: packed linear layers, then one SDPA per sequence with its causal window mask.
 
 Its FLOP ratio counts the pairs each query needs (at most 129 keys), against the padded batch's
@@ -68,6 +70,7 @@ import torch.nn.functional as F
 import ragged
 from ragged.bench import add_device_option, synchronize, use_device
 from ragged.bench._report import Table, write_result
+from ragged.kernels import _attention_blocks as attention_blocks
 
 E, HEADS, FF, LAYERS = 256, 4, 1024, 4
 GQA_HEADS, GQA_KV_HEADS, GQA_WINDOW = 8, 2, 128  # the gqa-window model: causal, 128 keys back
@@ -372,9 +375,18 @@ def make_gqa_variants(batch: Batch, window: int) -> dict[str, Any]:
     def loop(module: Any, grad: bool) -> torch.Tensor:
         return module(_leaf(batch.values, grad), batch.lengths, masks)
 
+    def unbanded(module: Any, grad: bool) -> torch.Tensor:
+        before = attention_blocks.BAND_GAIN
+        attention_blocks.BAND_GAIN = 0.0  # one kernel call per bucket, the window as a mask
+        try:
+            return ragged_run(module, grad)
+        finally:
+            attention_blocks.BAND_GAIN = before
+
     return {
         "padded": (PaddedGQA(model), padded),
         "ragged": (model, ragged_run),
+        "ragged-unbanded": (model, unbanded),
         "loop": (LoopGQA(model), loop),
     }
 
@@ -575,7 +587,16 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", help="write the result document here")
-    all_variants = ["padded", "padded-sdpa", "ragged", "nested", "loop", "danling", "fastpath"]
+    all_variants = [
+        "padded",
+        "padded-sdpa",
+        "ragged",
+        "ragged-unbanded",
+        "nested",
+        "loop",
+        "danling",
+        "fastpath",
+    ]
     parser.add_argument("--variants", nargs="+", default=all_variants, choices=all_variants)
     parser.add_argument(
         "--configs",
