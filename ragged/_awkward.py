@@ -13,12 +13,13 @@ lists all have its size); the regular dimensions below it become dense inner dim
 array without a var-length dimension (``n * 3 * float64``) gets its first dimension ragged, as
 ``ragged.array`` treats nested lists of equal lengths. ``ragged_ndim`` asks for more ragged axes.
 
-Memory is shared where the layouts allow it: ``torch.from_numpy`` on awkward's buffers (CPU),
-offsets included when they are int64 and start at 0. A copy happens for int32/uint32 offsets
-(the offsets only), offsets that do not start at 0 (the offsets only; the values are a view),
-``ListArray``s whose lists are not back to back (the content is gathered by awkward),
-read-only buffers, and ``dtype``/``device`` conversions. ``to_awkward`` shares the values and
-offsets of a CPU array with the awkward array it returns.
+The values are shared where the layouts allow it: ``torch.from_numpy`` on awkward's buffer (CPU),
+a view when a slice starts inside it. They are copied for a ``ListArray`` whose lists are not
+back to back (awkward gathers them), indexed or option layouts (projected), read-only buffers
+and ``dtype``/``device`` conversions. The offsets (``B + 1`` integers per level) are always
+copied to int64 tensors that the array owns, as every factory does: a later write into
+awkward's buffers cannot change the partition. ``to_awkward`` shares the values of a CPU array
+and gives awkward copies of the offsets for the same reason.
 
 awkward is imported when these functions run (``import ragged`` does not need it).
 """
@@ -111,13 +112,12 @@ def _var_depth(node: Any) -> int:
 
 
 def _host_offsets(offsets: Any) -> Any:
-    """int64 numpy offsets starting at 0 (a view of ``offsets`` when they already are)."""
+    """A fresh int64 numpy copy of ``offsets``, starting at 0 (the partition owns it)."""
     import numpy as np
 
-    if offsets.dtype != np.int64:
-        offsets = offsets.astype(np.int64)
+    offsets = offsets.astype(np.int64, copy=True)
     if len(offsets) and offsets[0] != 0:
-        offsets = offsets - offsets[0]
+        offsets -= offsets[0]
     return offsets
 
 
@@ -153,9 +153,10 @@ def from_awkward(
 
     Every list dimension from the outermost down to the innermost var-length one becomes a
     ragged axis (a regular dimension above it becomes a ragged axis whose lists all have its
-    size); regular dimensions below it become dense inner dimensions. The values and int64
-    offsets are shared with awkward's buffers where the layouts allow (see the module notes for
-    the copies). ``ragged.array(ak_array)`` calls this.
+    size); regular dimensions below it become dense inner dimensions. The values are shared
+    with awkward's buffer where the layouts allow (see the module notes for the copies); the
+    offsets are copied (the array owns its index tensors). ``ragged.array(ak_array)`` calls
+    this.
 
     Args:
         array: an ``ak.Array`` (or a layout) of CPU lists: ``ListOffsetArray``, ``ListArray``,
@@ -275,8 +276,9 @@ def to_awkward(x: RaggedArray) -> Any:
     (``ListOffsetArray`` layouts over the partition's offsets) and the inner dimensions regular
     (a ``NumpyArray`` of shape ``[total, *inner]``).
 
-    A CPU array's values and offsets are shared with the result (no copy; values detached from
-    autograd); other devices are copied to the CPU. Every ragged axis comes back var-length,
+    A CPU array's values are shared with the result (no copy; detached from autograd), its
+    offsets copied (so awkward's buffers cannot change the partition); other devices are copied
+    to the CPU. Every ragged axis comes back var-length,
     also one that was a regular dimension in awkward. Dtypes without a numpy equivalent
     (bfloat16) raise: convert first.
 
@@ -298,6 +300,6 @@ def to_awkward(x: RaggedArray) -> Any:
     values = values.cpu().resolve_conj().resolve_neg()
     content = ak.contents.NumpyArray(values.numpy())
     for level in reversed(x.partition.levels):
-        offsets = level.offsets.detach().cpu().numpy()
+        offsets = level.offsets.detach().cpu().numpy().copy()
         content = ak.contents.ListOffsetArray(ak.index.Index64(offsets), content)
     return ak.Array(content)

@@ -418,17 +418,18 @@ def test_awkward_shares_memory_where_the_layout_allows():
     x = ragged.from_awkward(array)
     layout = array.layout
     assert np.shares_memory(x.values.numpy(), layout.content.data)
-    assert np.shares_memory(x.partition.offsets.numpy(), layout.offsets.data)
+    # The offsets are the array's own (as every factory's): awkward's buffer cannot change them.
+    assert not np.shares_memory(x.partition.offsets.numpy(), layout.offsets.data)
     assert x.partition.levels[0].max_length == 3  # known statically: no read later
-    # A slice: offsets not starting at 0 are shifted (a copy of the offsets); values a view.
+    # A slice: offsets not starting at 0 are shifted; the values are a view.
     tail = ragged.from_awkward(array[1:])
     assert tail.to_list() == [[], [3.0, 4.0, 5.0]]
     assert np.shares_memory(tail.values.numpy(), layout.content.data)
-    # to_awkward shares the values and offsets of a CPU array.
+    # to_awkward shares the values of a CPU array and copies its offsets.
     y = ragged.from_lengths(torch.arange(6.0).view(3, 2), [2, 0, 1])
     back = ragged.to_awkward(y)
     assert np.shares_memory(back.layout.content.data, y.values.numpy())
-    assert np.shares_memory(back.layout.offsets.data, y.partition.offsets.numpy())
+    assert not np.shares_memory(back.layout.offsets.data, y.partition.offsets.numpy())
     assert str(back.type) == "3 * var * 2 * float32"
 
 
