@@ -57,11 +57,12 @@ Run: ``python benchmarks/encoder.py [--quick] [--no-compile] [--configs mha gqa-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import statistics
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -376,12 +377,18 @@ def make_gqa_variants(batch: Batch, window: int) -> dict[str, Any]:
         return module(_leaf(batch.values, grad), batch.lengths, masks)
 
     def unbanded(module: Any, grad: bool) -> torch.Tensor:
+        return ragged_run(module, grad)
+
+    @contextlib.contextmanager
+    def no_bands() -> Iterator[None]:  # forward and backward: one call per bucket, masked
         before = attention_blocks.BAND_GAIN
-        attention_blocks.BAND_GAIN = 0.0  # one kernel call per bucket, the window as a mask
+        attention_blocks.BAND_GAIN = 0.0
         try:
-            return ragged_run(module, grad)
+            yield
         finally:
             attention_blocks.BAND_GAIN = before
+
+    unbanded.context = no_bands  # type: ignore[attr-defined]
 
     return {
         "padded": (PaddedGQA(model), padded),
@@ -419,15 +426,18 @@ class _fastpath:
 
 
 def jobs(model: Any, run: Callable[[Any, bool], torch.Tensor]) -> dict[str, Callable[[], Any]]:
-    """The two measured calls of a variant: forward under ``no_grad``, forward+backward."""
+    """The two measured calls of a variant: forward under ``no_grad``, forward+backward (both
+    inside the run's ``context``, when it has one)."""
+    context = getattr(run, "context", contextlib.nullcontext)
 
     def forward() -> None:
-        with torch.no_grad():
+        with torch.no_grad(), context():
             run(model, False)
 
     def forward_backward() -> None:
-        out = run(model, True)
-        out.sum().backward()
+        with context():
+            out = run(model, True)
+            out.sum().backward()
 
     return {"fwd": forward, "fwd+bwd": forward_backward}
 
@@ -449,7 +459,9 @@ def check_outputs(variants: dict[str, Any], names: list[str]) -> dict[str, str]:
         for name in names:
             model, run = variants[name]
             try:
-                notes[name] = f"{(run(model, False) - reference).abs().max().item():.1e}"
+                with getattr(run, "context", contextlib.nullcontext)():
+                    out = run(model, False)
+                notes[name] = f"{(out - reference).abs().max().item():.1e}"
             except ModuleNotFoundError:
                 notes[name] = "-"
             except Exception as error:
