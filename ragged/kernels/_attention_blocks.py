@@ -27,9 +27,9 @@ from ._attention_plan import Bucket, Plan, Rows
 
 # A window is cut into bands when the banded work is below this fraction of the full call's.
 BAND_GAIN = 0.6
-# Query rows per band. Measured (one thread, H=8, H_kv=2, Dh=32, fwd+bwd of one segment):
-# 64 rows was the fastest of 32/64/128/w for L = 512..2048 and windows 64..256, 2.5-5x faster
-# than one call with the window as a mask.
+# Query rows per band: larger bands mean fewer calls, smaller ones fewer masked scores. 64 was
+# the best of 32/64/128/w in a one-segment timing (L = 512..2048, windows 64..256); the
+# encoder-level effect is measured by benchmarks/encoder.py (ragged against ragged-unbanded).
 BAND_ROWS = 64
 
 Block = tuple[int, int, int, int]  # query rows [a, b), keys [c, d) of a bucket
