@@ -24,6 +24,22 @@ Variants (``--variants`` picks some):
 * ``fastpath`` (forward only): ``nn.TransformerEncoder`` in eval mode under ``no_grad`` with
   torch's fast path, which converts the padded batch to a nested tensor internally.
 
+A second model (``--configs gqa-window``) is a decoder-style stack with the attention of recent
+LLMs: 8 query heads sharing 2 key/value heads (grouped-query attention), causal, with a sliding
+window of 128 keys back (Mistral-style), the same sizes otherwise, on the long skewed batch
+(weights of one ``ragged.nn.RaggedTransformerEncoder``):
+
+* ``padded``: hand-written layers on the padded batch, ``F.scaled_dot_product_attention`` with
+  ``enable_gqa=True`` and the equivalent dense mask (key padding, causal, window);
+* ``ragged``: ``ragged.nn.RaggedTransformerEncoder(..., num_kv_heads=2, causal=True,
+  window=(128, 0))``;
+* ``ragged-unbanded``: the same with the window cut into bands off (one kernel call per length
+  bucket with the window as its mask), to measure the bands;
+* ``loop``: packed linear layers, then one SDPA per sequence with its causal window mask.
+
+Its FLOP ratio counts the pairs each query needs (at most 129 keys), against the padded batch's
+``B * Lmax^2``.
+
 Each runs eager and, with ``--compile``, under ``torch.compile`` (Inductor) where it compiles;
 forward (``no_grad``) and forward+backward (loss = sum of outputs). Times are the median of
 ``--reps`` runs of CPU time of this process (``time.process_time``: the machine may be shared;
@@ -34,18 +50,19 @@ followed by a synchronisation.
 The table reports the occupancy (real/padded tokens), the padded/packed FLOP ratio (linear layers
 and attention's quadratic term) and every variant's speedup over ``padded`` in the same mode.
 
-Run: ``python benchmarks/encoder.py [--quick] [--no-compile] [--json out.json]`` (``--quick``: a
-small smoke run, eager only).
+Run: ``python benchmarks/encoder.py [--quick] [--no-compile] [--configs mha gqa-window]
+[--json out.json]`` (``--quick``: a small smoke run, eager only).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import statistics
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -54,8 +71,10 @@ import torch.nn.functional as F
 import ragged
 from ragged.bench import add_device_option, synchronize, use_device
 from ragged.bench._report import Table, write_result
+from ragged.kernels import _attention_blocks as attention_blocks
 
 E, HEADS, FF, LAYERS = 256, 4, 1024, 4
+GQA_HEADS, GQA_KV_HEADS, GQA_WINDOW = 8, 2, 128  # the gqa-window model: causal, 128 keys back
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -79,6 +98,19 @@ def flops(lengths: list[int], padded: bool) -> float:
     return LAYERS * (linear + attention)
 
 
+def gqa_flops(lengths: list[int], window: int, padded: bool) -> float:
+    """Forward FLOPs of the gqa-window model: linear layers per token; attention per pair
+    computed (padded: every pair of the padded batch) or needed (a query sees <= window + 1)."""
+    tokens = len(lengths) * max(lengths) if padded else sum(lengths)
+    if padded:
+        pairs = len(lengths) * max(lengths) ** 2
+    else:
+        pairs = sum(sum(min(i, window) + 1 for i in range(n)) for n in lengths)
+    kv = 2 * E * E * GQA_KV_HEADS // GQA_HEADS
+    linear = 2 * tokens * (2 * E * E + kv + 2 * E * FF)
+    return LAYERS * (linear + 2 * 2 * pairs * E)
+
+
 # --- hand-written layers (padded, NJT and loop variants share them) ---------------------------
 
 
@@ -98,7 +130,7 @@ def _norm(x: Any, params: tuple[torch.Tensor, torch.Tensor]) -> Any:
     return F.layer_norm(x, (E,), params[0], params[1])
 
 
-def _feed_forward(x: Any, w: Weights) -> Any:
+def _feed_forward(x: Any, w: Any) -> Any:
     return F.linear(F.relu(F.linear(x, w.w1, w.b1)), w.w2, w.b2)
 
 
@@ -163,6 +195,73 @@ class Loop(torch.nn.Module):
             x = _norm(x + att, w.n1)
             x = _norm(x + _feed_forward(x, w), w.n2)
         return x
+
+
+class GQAWeights:
+    """The tensors of one ``ragged.nn.RaggedTransformerEncoderLayer`` with grouped-query heads."""
+
+    def __init__(self, layer: Any) -> None:
+        attn = layer.self_attn
+        width = E // GQA_HEADS
+        self.split = (E, GQA_KV_HEADS * width, GQA_KV_HEADS * width)
+        self.in_w, self.in_b = attn.in_proj_weight, attn.in_proj_bias
+        self.out_w, self.out_b = attn.out_proj.weight, attn.out_proj.bias
+        self.w1, self.b1 = layer.linear1.weight, layer.linear1.bias
+        self.w2, self.b2 = layer.linear2.weight, layer.linear2.bias
+        self.n1 = (layer.norm1.weight, layer.norm1.bias)
+        self.n2 = (layer.norm2.weight, layer.norm2.bias)
+
+
+def _heads(t: torch.Tensor) -> torch.Tensor:
+    """``[..., L, h * Dh]`` -> ``[..., h, L, Dh]``."""
+    return t.unflatten(-1, (-1, E // GQA_HEADS)).transpose(-3, -2)
+
+
+class PaddedGQA(torch.nn.Module):
+    """Post-norm GQA layers on ``[B, L, E]``: SDPA with ``enable_gqa`` and a dense mask."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        for layer in self.model.layers:
+            w = GQAWeights(layer)
+            q, k, v = (_heads(t) for t in F.linear(x, w.in_w, w.in_b).split(w.split, -1))
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            att = F.linear(att.transpose(1, 2).reshape(b, n, E), w.out_w, w.out_b)
+            x = _norm(x + att, w.n1)
+            x = _norm(x + _feed_forward(x, w), w.n2)
+        return x
+
+
+class LoopGQA(torch.nn.Module):
+    """Packed rows ``[T, E]``; GQA attention one sequence at a time, with its window mask."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, lengths: list[int], masks: list[torch.Tensor]) -> Any:
+        for layer in self.model.layers:
+            w = GQAWeights(layer)
+            outs = []
+            for seq, mask in zip(F.linear(x, w.in_w, w.in_b).split(lengths), masks, strict=True):
+                q, k, v = (_heads(t) for t in seq.split(w.split, -1))
+                att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+                outs.append(att.transpose(0, 1).reshape(-1, E))
+            att = F.linear(torch.cat(outs), w.out_w, w.out_b)
+            x = _norm(x + att, w.n1)
+            x = _norm(x + _feed_forward(x, w), w.n2)
+        return x
+
+
+def window_mask(length: int, window: int, device: torch.device) -> torch.Tensor:
+    """bool ``[L, L]``: key ``j`` visible from query ``i`` when ``i - window <= j <= i``."""
+    i = torch.arange(length, device=device).view(-1, 1)
+    j = torch.arange(length, device=device).view(1, -1)
+    return (j <= i) & (j >= i - window)
 
 
 # --- variants ---------------------------------------------------------------------------------
@@ -248,6 +347,57 @@ def make_variants(
     return {name: (models[name], run) for name, run in runs.items()}  # type: ignore[misc]
 
 
+def make_gqa_variants(batch: Batch, window: int) -> dict[str, Any]:
+    """The gqa-window model's variants: ``run(model, grad)``, as ``make_variants``."""
+    device = batch.values.device
+    layer = ragged.nn.RaggedTransformerEncoderLayer(
+        E,
+        GQA_HEADS,
+        FF,
+        dropout=0.0,
+        num_kv_heads=GQA_KV_HEADS,
+        causal=True,
+        window=(window, 0),
+    )
+    model = ragged.nn.RaggedTransformerEncoder(layer, LAYERS).to(device).eval()
+    width = batch.padded.shape[1]
+    causal = window_mask(width, window, device)
+    # Padded query rows see every key (no row of NaN); their outputs are dropped.
+    mask = (batch.keep[:, None, None, :] & causal) | ~batch.keep[:, None, :, None]
+    masks = [window_mask(n, window, device) for n in batch.lengths]
+
+    def padded(module: Any, grad: bool) -> torch.Tensor:
+        return module(_leaf(batch.padded, grad), mask)[batch.keep]
+
+    def ragged_run(module: Any, grad: bool) -> torch.Tensor:
+        x = ragged.from_lengths(_leaf(batch.values, grad), batch.lengths)  # a new partition
+        return module(x).values
+
+    def loop(module: Any, grad: bool) -> torch.Tensor:
+        return module(_leaf(batch.values, grad), batch.lengths, masks)
+
+    def unbanded(module: Any, grad: bool) -> torch.Tensor:
+        return ragged_run(module, grad)
+
+    @contextlib.contextmanager
+    def no_bands() -> Iterator[None]:  # forward and backward: one call per bucket, masked
+        before = attention_blocks.BAND_GAIN
+        attention_blocks.BAND_GAIN = 0.0
+        try:
+            yield
+        finally:
+            attention_blocks.BAND_GAIN = before
+
+    unbanded.context = no_bands  # type: ignore[attr-defined]
+
+    return {
+        "padded": (PaddedGQA(model), padded),
+        "ragged": (model, ragged_run),
+        "ragged-unbanded": (model, unbanded),
+        "loop": (LoopGQA(model), loop),
+    }
+
+
 def _fast_encoder(encoder: torch.nn.TransformerEncoder) -> torch.nn.TransformerEncoder:
     """The same weights in an encoder that may convert padded input to a nested tensor."""
     layer = torch.nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0, batch_first=True)
@@ -276,15 +426,18 @@ class _fastpath:
 
 
 def jobs(model: Any, run: Callable[[Any, bool], torch.Tensor]) -> dict[str, Callable[[], Any]]:
-    """The two measured calls of a variant: forward under ``no_grad``, forward+backward."""
+    """The two measured calls of a variant: forward under ``no_grad``, forward+backward (both
+    inside the run's ``context``, when it has one)."""
+    context = getattr(run, "context", contextlib.nullcontext)
 
     def forward() -> None:
-        with torch.no_grad():
+        with torch.no_grad(), context():
             run(model, False)
 
     def forward_backward() -> None:
-        out = run(model, True)
-        out.sum().backward()
+        with context():
+            out = run(model, True)
+            out.sum().backward()
 
     return {"fwd": forward, "fwd+bwd": forward_backward}
 
@@ -306,7 +459,9 @@ def check_outputs(variants: dict[str, Any], names: list[str]) -> dict[str, str]:
         for name in names:
             model, run = variants[name]
             try:
-                notes[name] = f"{(run(model, False) - reference).abs().max().item():.1e}"
+                with getattr(run, "context", contextlib.nullcontext)():
+                    out = run(model, False)
+                notes[name] = f"{(out - reference).abs().max().item():.1e}"
             except ModuleNotFoundError:
                 notes[name] = "-"
             except Exception as error:
@@ -315,17 +470,22 @@ def check_outputs(variants: dict[str, Any], names: list[str]) -> dict[str, str]:
 
 
 def benchmark(
-    name: str, lengths: list[int], args: argparse.Namespace
+    name: str, lengths: list[int], args: argparse.Namespace, window: int | None = None
 ) -> tuple[Table, dict[str, Any]]:
+    """One setting: the BERT-style encoder, or with ``window`` the gqa-window model."""
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0, batch_first=True)
-    encoder = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
-    encoder.to(args.device).eval()  # dropout is 0 anyway; eval keeps torch's layers from calling it
     batch = Batch(lengths, seed=1, device=args.device)
-    variants = make_variants(encoder, batch)
+    if window is None:
+        layer = torch.nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0, batch_first=True)
+        encoder = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
+        encoder.to(args.device).eval()  # dropout is 0; eval keeps torch's layers from calling it
+        variants = make_variants(encoder, batch)
+        ratio = flops(lengths, True) / flops(lengths, False)
+    else:
+        variants = make_gqa_variants(batch, window)
+        ratio = gqa_flops(lengths, window, True) / gqa_flops(lengths, window, False)
     names = [v for v in args.variants if v in variants]
     real, padded = sum(lengths), len(lengths) * max(lengths)
-    ratio = flops(lengths, True) / flops(lengths, False)
     print(
         f"\n## {name}: B={len(lengths)}, lengths {min(lengths)}..{max(lengths)}, "
         f"{real} real tokens; occupancy (real/padded tokens) {real / padded:.3f} "
@@ -439,8 +599,24 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", help="write the result document here")
-    all_variants = ["padded", "padded-sdpa", "ragged", "nested", "loop", "danling", "fastpath"]
+    all_variants = [
+        "padded",
+        "padded-sdpa",
+        "ragged",
+        "ragged-unbanded",
+        "nested",
+        "loop",
+        "danling",
+        "fastpath",
+    ]
     parser.add_argument("--variants", nargs="+", default=all_variants, choices=all_variants)
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=["mha", "gqa-window"],
+        choices=["mha", "gqa-window"],
+        help="the BERT-style encoder (mha) and/or the grouped-query sliding-window model",
+    )
     add_device_option(parser)
     args = parser.parse_args()
     args.device = use_device(args.device)
@@ -452,18 +628,26 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=UserWarning)
     if args.compile is None:
         args.compile = not args.quick
+    settings: list[tuple[str, list[int], int | None]] = []
     if args.quick:
         args.reps = 1
-        settings = [
-            ("long", skewed_lengths(8, 8, 128, seed=0)),
-            ("short", skewed_lengths(64, 8, 32, seed=1)),
-        ]
+        if "mha" in args.configs:
+            settings += [
+                ("long", skewed_lengths(8, 8, 128, seed=0), None),
+                ("short", skewed_lengths(64, 8, 32, seed=1), None),
+            ]
+        if "gqa-window" in args.configs:
+            settings.append(("GQA + window 32", skewed_lengths(8, 8, 128, seed=0), 32))
     else:
-        settings = [
-            ("long, skewed", skewed_lengths(32, 8, 512, seed=0)),
-            ("many short", skewed_lengths(512, 8, 64, seed=1)),
-        ]
-    done = [benchmark(name, lengths, args) for name, lengths in settings]
+        if "mha" in args.configs:
+            settings += [
+                ("long, skewed", skewed_lengths(32, 8, 512, seed=0), None),
+                ("many short", skewed_lengths(512, 8, 64, seed=1), None),
+            ]
+        if "gqa-window" in args.configs:
+            window = GQA_WINDOW
+            settings.append((f"GQA + window {window}", skewed_lengths(32, 8, 512, seed=0), window))
+    done = [benchmark(name, lengths, args, window) for name, lengths, window in settings]
     if args.json:
         tables, plots = [t for t, _ in done], [p for _, p in done]
         write_result(

@@ -18,6 +18,8 @@ from . import data as data  # ragged.data: collate, batch samplers, micro-batch 
 from . import distributed as distributed  # ragged.distributed: collectives and sharding
 from . import nn as nn  # ragged.nn: LayerNorm, multi-head attention, Transformer encoder
 from ._array import RaggedArray as RaggedArray
+from ._awkward import from_awkward as from_awkward
+from ._awkward import to_awkward as to_awkward
 from ._convert import to_list as to_list
 from ._convert import to_mask as to_mask
 from ._convert import to_nested as to_nested
@@ -59,6 +61,7 @@ __all__ = [
     "RaggedShape",
     "RowPartition",
     "array",
+    "from_awkward",
     "from_danling",
     "from_hf",
     "from_hf_packed",
@@ -70,6 +73,7 @@ __all__ = [
     "from_padded",
     "from_pyg",
     "from_segment_ids",
+    "to_awkward",
     "to_danling",
     "to_hf",
     "to_hf_packed",

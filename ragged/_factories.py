@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ._array import RaggedArray
+from ._awkward import from_awkward, is_awkward
 from ._axes import check_names
 from ._errors import Func, name_of, type_error, typename, value_error
 from ._from_lists import from_lists
@@ -649,7 +650,8 @@ def array(
 
     Args:
         data: one entry per segment, each a tensor (or array-like) of shape ``(L_b, *inner)``
-            or a nested list of rows. Tensors must share dtype (unless ``dtype`` is given),
+            or a nested list of rows; or an awkward array (see
+            [`ragged.from_awkward`][ragged.from_awkward]). Tensors must share dtype (unless ``dtype`` is given),
             device and inner shape; nested lists must share their depth.
         axes: optional unique names, one per logical axis.
         dtype: convert the values to this dtype (lists: infer, as ``torch.tensor`` does).
@@ -673,6 +675,8 @@ def array(
     ValueError: ragged.array: `data` must be nested lists of one consistent depth, got depths [2, 3].
     """
     func = array
+    if is_awkward(data):  # an awkward array of lists: its buffers, shared where they can be
+        return from_awkward(data, axes=axes, dtype=dtype, device=device, ragged_ndim=ragged_ndim)
     if isinstance(data, Tensor) or not isinstance(data, Sequence) or isinstance(data, str):
         raise type_error(
             func,

@@ -11,6 +11,8 @@
 * DanLing's ``NestedTensor`` (PyPI ``danling``, optional): ``to_danling``,
   ``from_danling``.
 * ``torch.nested`` jagged tensors: ``ragged.from_nested`` and ``RaggedArray.to_nested``.
+* awkward arrays (PyPI ``awkward``, optional): ``from_awkward``, ``to_awkward`` (defined in
+  ``ragged/_awkward.py``, which ``ragged.array`` uses too).
 
 Every conversion is differentiable with respect to the values. Host reads are stated per
 function; they happen only where the other format keeps sizes on the host (``PackedSequence``'s
@@ -28,6 +30,8 @@ from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
 from ._array import RaggedArray
+from ._awkward import from_awkward as from_awkward
+from ._awkward import to_awkward as to_awkward
 from ._errors import Func, name_of, type_error, typename, value_error
 from ._factories import readable, segment_ids_level
 from ._partition import Partition, RowPartition
@@ -37,11 +41,13 @@ if TYPE_CHECKING:
     from danling import NestedTensor
 
 __all__ = [
+    "from_awkward",
     "from_danling",
     "from_hf",
     "from_hf_packed",
     "from_packed_sequence",
     "from_pyg",
+    "to_awkward",
     "to_danling",
     "to_hf",
     "to_hf_packed",

@@ -90,6 +90,23 @@ def test_flash_call_shapes_and_gradients_on_meta(cross):
     assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
 
 
+def test_flash_call_with_grouped_heads_and_a_window_on_meta():
+    """The real op takes ``H_kv`` dividing ``H`` and ``window_size_left/right``; torch's
+    autograd formula saves the window for the backward (checked on the node)."""
+    q_level, _ = _levels("meta")
+    q = _meta((9, 4, 8), torch.bfloat16)
+    kv = _meta((9, 2, 8), torch.bfloat16)
+    out = varlen.attention(FLASH, q, kv, kv, q_level, q_level, 0.3, True, 0.0, (3, None))
+    assert out.shape == (9, 4, 8)
+    node = out.grad_fn
+    while node is not None and "FlashAttention" not in type(node).__name__:
+        node = node.next_functions[0][0]
+    assert node is not None
+    assert (node._saved_window_size_left, node._saved_window_size_right) == (3, 0)
+    grads = torch.autograd.grad(out.sum(), (q, kv))
+    assert [g.shape for g in grads] == [q.shape, kv.shape]
+
+
 def test_efficient_call_shapes_on_meta():
     """Forward only: torch 2.13's meta rule for ``_efficient_attention_backward`` lacks the
     ``out`` argument (so the backward runs on CUDA only, and compiled float32 attention keeps
@@ -136,27 +153,55 @@ class Emulated:
         assert max_q == int(cu_q.diff().max()) and max_k == int(cu_k.diff().max())
 
     @staticmethod
-    def _segments(q, k, v, cu_q, cu_k, causal, scale):
+    def _segments(q, k, v, cu_q, cu_k, causal, scale, left=-1, right=-1):
+        """flash-attention's conventions: grouped-query heads, a window (-1: unbounded)."""
         parts = []
         for b in range(cu_q.numel() - 1):
             qs = q[cu_q[b] : cu_q[b + 1]].transpose(0, 1)
             ks = k[cu_k[b] : cu_k[b + 1]].transpose(0, 1)
             vs = v[cu_k[b] : cu_k[b + 1]].transpose(0, 1)
+            i = torch.arange(qs.shape[1]).view(-1, 1)
+            j = torch.arange(ks.shape[1]).view(1, -1)
+            keep = (j <= i) if causal else torch.ones(i.shape[0], j.shape[1], dtype=torch.bool)
+            keep = keep & ((j >= i - left) if left >= 0 else True)
+            keep = keep & ((j <= i + right) if right >= 0 else True)
             # A query row without keys: SDPA would give NaN; the caller must mask it.
-            out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale)
+            out = F.scaled_dot_product_attention(
+                qs, ks, vs, attn_mask=keep, scale=scale, enable_gqa=True
+            )
             parts.append(out.transpose(0, 1))
         return torch.cat(parts)
 
-    def flash(self, q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, causal, debug, *, scale):
+    def flash(
+        self,
+        q,
+        k,
+        v,
+        cu_q,
+        cu_k,
+        max_q,
+        max_k,
+        dropout_p,
+        causal,
+        debug,
+        *,
+        scale,
+        window_size_left=-1,
+        window_size_right=-1,
+    ):
         self._check(cu_q, cu_k, max_q, max_k)
         assert q.shape[-1] == v.shape[-1] and not debug and dropout_p == 0.0
+        assert q.shape[1] % k.shape[1] == 0
         self.calls.append(FLASH)
-        out = self._segments(q, k, v, cu_q, cu_k, causal, scale)
+        out = self._segments(
+            q, k, v, cu_q, cu_k, causal, scale, window_size_left, window_size_right
+        )
         return out, None, None, None, None
 
     def efficient(self, q, k, v, bias, cu_q, cu_k, max_q, max_k, dropout_p, mask, lse, *, scale):
         self._check(cu_q, cu_k, max_q, max_k)
         assert q.shape[0] == 1 and bias is None and mask in (0, 1) and dropout_p == 0.0
+        assert q.shape[2] == k.shape[2] == v.shape[2]  # equal heads only
         assert lse == (q.requires_grad or k.requires_grad or v.requires_grad)
         self.calls.append(EFFICIENT)
         out = self._segments(q[0], k[0], v[0], cu_q, cu_k, bool(mask), scale)
@@ -254,3 +299,44 @@ def test_torch_allows_is_a_compile_time_constant():
     """Marked as torch.compiler.assume_constant_result marks (without importing Dynamo early)."""
     marked = torch.compiler.assume_constant_result(lambda: None)
     assert varlen.torch_allows._dynamo_marked_constant is marked._dynamo_marked_constant is True
+
+
+@pytest.mark.parametrize(("dtype", "kernel"), [(torch.float16, FLASH), (torch.float32, EFFICIENT)])
+@pytest.mark.parametrize("kind", ["gqa", "gqa_window_causal", "window"])
+def test_dispatch_of_grouped_heads_and_windows(emulated, dtype, kernel, kind):
+    """Grouped-query heads go to flash as they are (to the memory-efficient kernel repeated);
+    a window goes to flash as ``window_size_left/right`` and keeps other dtypes on the general
+    path."""
+    lengths = [3, 0, 7, 1, 4]
+    q = _array(lengths, (4, 8), 0, dtype)
+    kv = ragged.RaggedArray(_array(lengths, (2, 8), 1, dtype).values, q.partition)
+    kwargs = {
+        "gqa": {},
+        "gqa_window_causal": {"window": (2, None), "causal": True},
+        "window": {"window": (1, 2)},
+    }[kind]
+    out = ragged.attention(q, kv, kv, **kwargs)
+    windowed = "window" in kwargs
+    assert emulated.calls == ([] if windowed and kernel == EFFICIENT else [kernel])
+    want = torch.cat(
+        [
+            attention_reference(a.double(), b.double(), b.double(), **kwargs)
+            for a, b in zip(q.unbind(), kv.unbind(), strict=True)
+        ]
+    )
+    tol = {"atol": 2e-3, "rtol": 2e-3} if dtype == torch.float16 else {"atol": 1e-5, "rtol": 1e-5}
+    torch.testing.assert_close(out.values.double(), want, **tol)
+
+
+def test_variants_the_kernels_do_not_take_keep_the_general_path(emulated):
+    x = _array([3, 0, 5], (2, 8), 0, torch.float16)
+    slopes = torch.tensor([0.5, 0.25], dtype=torch.float16)
+    ragged.attention(x, x, x, alibi=slopes)
+    ragged.attention(x, x, x, relative_bias=torch.zeros(3, 2, dtype=torch.float16))
+    ragged.attention(x, x, x, causal=True, prefix=1)
+    ragged.attention(
+        x, x, x, document_ids=ragged.RaggedArray(torch.zeros(8, dtype=torch.int64), x.partition)
+    )
+    ragged.attention(x, x, x, score_mod=lambda s, b, h, i, j: s)
+    ragged.attention(x, x, x, mask_mod=lambda b, h, i, j: i >= j)
+    assert emulated.calls == []

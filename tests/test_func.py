@@ -237,3 +237,72 @@ def test_reduce_gradcheck_and_unknown_max_length():
     )
     assert torch.autograd.gradcheck(f, (v,))
     torch.testing.assert_close(f(v), ragged.prod(ragged.from_lengths(v, [4, 0, 2]), axis=1))
+
+
+# --- ragged.jit ---------------------------------------------------------------------------------
+
+
+def _batches() -> list[ragged.RaggedArray]:
+    """Batches of several sizes, one segment, one row and none (the 0/1 cases)."""
+    shapes = [[3, 0, 5], [1], [2, 4, 1, 6], [], [0, 0], [7]]
+    gen = torch.Generator().manual_seed(0)
+    return [ragged.from_lengths(torch.randn(sum(n), 3, generator=gen), n) for n in shapes]
+
+
+def test_jit_one_graph_for_every_batch_with_a_pytree_and_grad_inside():
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+
+    @ragged.jit(backend=counter, fullgraph=True)
+    def step(batch: dict, w: torch.Tensor) -> dict:
+        def loss(w: torch.Tensor) -> torch.Tensor:
+            h = ragged.map(lambda v: torch.tanh(v @ w), batch["x"])
+            return (ragged.sum(h, axis=1) ** 2).sum()
+
+        return {"grad": torch.func.grad(loss)(w), "y": ragged.softmax(batch["x"] * 2, axis=1)}
+
+    w = torch.randn(3, 2, dtype=torch.float32)
+    for x in _batches():
+        out = step({"x": x}, w)
+        loss = lambda w, x=x: (ragged.sum(ragged.map(lambda v: torch.tanh(v @ w), x), 1) ** 2).sum()
+        torch.testing.assert_close(out["grad"], torch.func.grad(loss)(w), atol=1e-5, rtol=1e-5)
+        assert out["y"].partition is x.partition
+        torch.testing.assert_close(out["y"].values, ragged.softmax(x * 2, axis=1).values)
+    assert counter.frame_count == 1
+
+
+def test_jit_decorator_forms_and_nesting():
+    from torch._dynamo.testing import CompileCounter
+
+    def double(x: ragged.RaggedArray) -> ragged.RaggedArray:
+        """Doubles."""
+        return x * 2
+
+    counter = CompileCounter()
+    plain = ragged.jit(double, backend=counter)
+    assert (
+        plain.__wrapped__ is double and plain.__doc__ == "Doubles." and plain.__name__ == "double"
+    )
+    inner = ragged.jit(backend=counter)(lambda x: ragged.cumsum(x, axis=1))
+    outer = ragged.jit(lambda x: inner(plain(x)), backend=counter)
+    for x in _batches()[:3]:
+        torch.testing.assert_close(outer(x).values, ragged.cumsum(x * 2, axis=1).values)
+    assert counter.frame_count == 1  # inner was traced into outer's graph
+    with pytest.raises(TypeError, match=r"^ragged.jit: `f` must be a callable or None, got int.$"):
+        ragged.jit(3)
+
+
+def test_jit_compiles_each_function_under_its_own_code_object():
+    """Nine functions (more than Dynamo's recompile limit of 8) each with its own graph: a
+    wrapper shared by every jitted function would exhaust one limit under fullgraph."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    x = _batches()[0]
+    for k in range(9):
+        scope: dict = {"ragged": ragged}
+        exec(f"def f(x):\n    return ragged.sum(x + {k}, axis=1)", scope)  # a new code object
+        jitted = ragged.jit(scope["f"], backend=counter, fullgraph=True)
+        torch.testing.assert_close(jitted(x), ragged.sum(x + k, axis=1))
+    assert counter.frame_count == 9

@@ -5,6 +5,7 @@ clear errors."""
 import importlib.util
 import re
 
+import hypothesis.strategies as st
 import pytest
 import torch
 from hypothesis import given
@@ -358,3 +359,157 @@ def test_interop_names_are_exported_at_the_top_level():
     for name in interop.__all__:
         assert name in ragged.__all__
         assert getattr(ragged, name) is getattr(interop, name)
+
+
+# --- awkward ----------------------------------------------------------------------------------
+
+HAS_AWKWARD = importlib.util.find_spec("awkward") is not None
+needs_awkward = pytest.mark.skipif(not HAS_AWKWARD, reason="awkward is not installed")
+
+
+def _nested_lists(sizes, depth, inner, rng):
+    """A batch of segments with ``depth`` var-length levels, then regular ``inner`` dims."""
+
+    def leaf():
+        out = rng.random()
+        for size in reversed(inner):
+            out = [out if isinstance(out, float) else list(out) for _ in range(size)]
+        return out
+
+    def level(d):
+        return [level(d - 1) if d > 1 else leaf() for _ in range(rng.choice(sizes))]
+
+    return [level(depth) for _ in range(rng.choice(sizes))]
+
+
+@needs_awkward
+@given(
+    depth=st.integers(1, 3),
+    inner=st.sampled_from([(), (2,), (2, 3)]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_awkward_round_trip_any_depth(depth, inner, seed):
+    import random
+
+    import awkward as ak
+
+    lists = _nested_lists([0, 1, 2, 4], depth, inner, random.Random(seed))
+    array = ak.Array(lists)
+    if ak.count(array) and inner:  # regular inner dims, as awkward types (not all-empty lists)
+        for dim in range(depth + 1, depth + 1 + len(inner)):
+            array = ak.to_regular(array, axis=dim)
+    x = ragged.from_awkward(array)
+    assert x.ragged_ndim == max(1, str(array.type).count("var"))  # all-empty lists: less known
+    assert x.ragged_ndim == depth or not ak.count(array)
+    assert x.to_list() == array.tolist()
+    assert ragged.array(array).to_list() == array.tolist()
+    back = ragged.to_awkward(x)
+    assert back.tolist() == array.tolist()
+    assert str(back.type).count("var") == x.ragged_ndim
+    assert_close(ragged.from_awkward(back), x)
+
+
+@needs_awkward
+def test_awkward_shares_memory_where_the_layout_allows():
+    import awkward as ak
+    import numpy as np
+
+    array = ak.Array([[1.0, 2.0], [], [3.0, 4.0, 5.0]])
+    x = ragged.from_awkward(array)
+    layout = array.layout
+    assert np.shares_memory(x.values.numpy(), layout.content.data)
+    # The offsets are the array's own (as every factory's): awkward's buffer cannot change them.
+    assert not np.shares_memory(x.partition.offsets.numpy(), layout.offsets.data)
+    assert x.partition.levels[0].max_length == 3  # known statically: no read later
+    # A slice: offsets not starting at 0 are shifted; the values are a view.
+    tail = ragged.from_awkward(array[1:])
+    assert tail.to_list() == [[], [3.0, 4.0, 5.0]]
+    assert np.shares_memory(tail.values.numpy(), layout.content.data)
+    # to_awkward shares the values of a CPU array and copies its offsets.
+    y = ragged.from_lengths(torch.arange(6.0).view(3, 2), [2, 0, 1])
+    back = ragged.to_awkward(y)
+    assert np.shares_memory(back.layout.content.data, y.values.numpy())
+    assert not np.shares_memory(back.layout.offsets.data, y.partition.offsets.numpy())
+    assert str(back.type) == "3 * var * 2 * float32"
+
+
+@needs_awkward
+def test_awkward_layouts_list_array_int32_offsets_regular_options_and_indexed():
+    import awkward as ak
+    import numpy as np
+
+    content = ak.contents.NumpyArray(np.arange(6.0))
+    # ListArray with lists out of order: awkward gathers them.
+    listed = ak.contents.ListArray(
+        ak.index.Index64(np.array([4, 0, 2])), ak.index.Index64(np.array([6, 2, 2])), content
+    )
+    assert ragged.from_awkward(ak.Array(listed)).to_list() == [[4.0, 5.0], [0.0, 1.0], []]
+    # ListArray back to back: offsets from starts and stops, values shared.
+    contiguous = ak.contents.ListArray(
+        ak.index.Index64(np.array([1, 3])), ak.index.Index64(np.array([3, 6])), content
+    )
+    x = ragged.from_awkward(ak.Array(contiguous))
+    assert x.to_list() == [[1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert np.shares_memory(x.values.numpy(), content.data)
+    # int32 and uint32 offsets.
+    for index, kind in ((ak.index.Index32, np.int32), (ak.index.IndexU32, np.uint32)):
+        layout = ak.contents.ListOffsetArray(index(np.array([0, 1, 1, 6], dtype=kind)), content)
+        y = ragged.from_awkward(ak.Array(layout))
+        assert y.lengths.tolist() == [1, 0, 5] and y.partition.offsets.dtype == torch.int64
+    # A regular dimension above a var-length one becomes a ragged axis of equal lengths.
+    regular = ak.contents.RegularArray(
+        ak.contents.ListOffsetArray(ak.index.Index64(np.array([0, 2, 2, 3, 6])), content), 2
+    )
+    z = ragged.from_awkward(ak.Array(regular))
+    assert z.lengths.tolist() == [2, 2] and z.partition.levels[1].lengths.tolist() == [2, 0, 1, 3]
+    assert z.to_list() == ak.Array(regular).tolist()
+    # An option type without missing values, an indexed array, a dense numpy array.
+    options = ak.Array([[1.0, None], [2.0, 3.0]])  # missing values outside the slice only
+    assert ragged.from_awkward(options[1:]).to_list() == [[2.0, 3.0]]
+    assert ragged.from_awkward(ak.Array([[[1.0], None], [[2.0]]])[1:]).to_list() == [[[2.0]]]
+    indexed = ak.Array(ak.contents.IndexedArray(ak.index.Index64(np.array([2, 0])), listed))
+    assert ragged.from_awkward(indexed).to_list() == [[], [4.0, 5.0]]
+    dense = ragged.from_awkward(ak.Array(np.arange(12.0).reshape(2, 3, 2)))
+    assert dense.lengths.tolist() == [3, 3] and dense.values.shape == (6, 2)
+    assert ragged.from_awkward(ak.Array(np.zeros((2, 3, 2))), ragged_ndim=2).ragged_ndim == 2
+    # Empty: no segments, and segments that are all empty.
+    assert ragged.from_awkward(ak.Array([])).num_segments == 0
+    assert ragged.from_awkward(ak.Array([[], []])).lengths.tolist() == [0, 0]
+
+
+@needs_awkward
+def test_awkward_dtype_device_axes_and_gradient_detached():
+    import awkward as ak
+
+    x = ragged.array(ak.Array([[1, 2], [3]]), dtype=torch.float32, axes=("batch", "seq"))
+    assert x.dtype == torch.float32 and x.axes == ("batch", "seq")
+    w = ragged.from_lengths(torch.ones(3, requires_grad=True), [1, 2])
+    assert ragged.to_awkward(w * 2).tolist() == [[2.0], [2.0, 2.0]]
+
+
+@needs_awkward
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda ak: ak.Array([[1.0, None]]), ValueError, "must have no missing values (None)"),
+        (lambda ak: ak.Array([{"a": 1}]), TypeError, "must be var-length or regular lists"),
+        (lambda ak: ak.Array(["ab", "c"]), TypeError, "must hold numbers, not strings"),
+        (lambda ak: ak.Array([1.0, 2.0]), ValueError, "must have at least one list dimension"),
+        (lambda ak: ak.Array([[[1.0]]]), ValueError, "must be at least the var-length depth"),
+        (lambda ak: [[1.0]], TypeError, "must be an awkward Array, got list."),
+    ],
+)
+def test_awkward_errors(make, error, message):
+    import awkward as ak
+
+    kwargs = {"ragged_ndim": 1} if "depth" in message else {}
+    with pytest.raises(
+        error,
+        match=re.escape(f"ragged.from_awkward: `{'ragged_ndim' if kwargs else 'array'}` {message}"),
+    ):
+        ragged.from_awkward(make(ak), **kwargs)
+    bf16 = ragged.from_lengths(torch.ones(2, dtype=torch.bfloat16), [2])
+    with pytest.raises(
+        TypeError, match=re.escape("ragged.to_awkward: `x` must have a dtype numpy has")
+    ):
+        ragged.to_awkward(bf16)

@@ -397,3 +397,26 @@ def test_pairs_from_a_partition_that_knows_its_squares_read_nothing() -> None:
         [[1.0, 1.0, 2.0], [], [4.0]],
         [[2.0, 3.0, 3.0], [], [5.0]],
     )
+
+
+def test_attention_variants_run_within_every_sentence() -> None:
+    # (B, S*, T*, H, Dh) with grouped-query heads, a window, ALiBi, document ids and a prefix per
+    # sentence: each sentence as a one-level segment of its own, with the same options.
+    gen = torch.Generator().manual_seed(0)
+    flat = [3, 0, 2, 4]  # tokens per sentence; documents of 3, 0 and 1 sentences
+    q = ragged.from_nested_lengths(torch.randn(sum(flat), 4, 3, generator=gen), [[3, 0, 1], flat])
+    kv = q.with_values(torch.randn(sum(flat), 2, 3, generator=gen))
+    docs = q.with_values(torch.tensor([0, 0, 1, 0, 0, 0, 1, 1, 1]))
+    alibi = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+    prefix = torch.tensor([1, 0, 1, 2])  # one entry per sentence
+    options = dict(causal=True, window=(1, 0), alibi=alibi, document_ids=docs, prefix=prefix)
+    out = ragged.attention(q, kv, kv, **options)
+    assert out.partition is q.partition
+    rows = ragged.from_lengths(q.values, flat)
+    want = ragged.attention(
+        rows,
+        rows.with_values(kv.values),
+        rows.with_values(kv.values),
+        **{**options, "document_ids": rows.with_values(docs.values)},
+    )
+    torch.testing.assert_close(out.values, want.values)

@@ -170,3 +170,85 @@ def test_encoder_layer_compiles_once():
     with ragged.dynamic_shapes(), torch._dynamo.config.patch(specialize_float=True):
         report = ragged.testing.check_compile(layer, batches, grad=True, atol=1e-4, rtol=1e-4)
     assert report.graphs == 1
+
+
+def _padded_attention(module, x, *, causal, window, slopes, documents=None):
+    """``module``'s self-attention on the padded batch with SDPA, ``enable_gqa`` and the dense
+    mask of its variants (the reference)."""
+    heads, kv_heads, width = module.num_heads, module.num_kv_heads, module.head_dim
+    padded, real = x.to_padded(), x.to_mask()
+    b, n, _ = padded.shape
+    projected = F.linear(padded, module.in_proj_weight, module.in_proj_bias)
+    q, k, v = projected.split((heads * width, kv_heads * width, kv_heads * width), dim=-1)
+    q, k, v = (t.view(b, n, -1, width).transpose(1, 2) for t in (q, k, v))
+    i, j = torch.arange(n).view(-1, 1), torch.arange(n).view(1, -1)
+    keep = real.view(b, 1, 1, n) & ((j <= i) if causal else True)
+    if window is not None:
+        keep = keep & (j >= i - window[0]) & (j <= i + window[1])
+    if documents is not None:
+        ids = documents.to_padded(fill_value=-1)
+        keep = keep & (ids[:, None, :, None] == ids[:, None, None, :])
+    keep = keep | ~real.view(b, 1, n, 1)  # padded query rows: anything, dropped below
+    add = torch.zeros(b, heads, n, n, dtype=padded.dtype)
+    if slopes is not None:
+        add = add - slopes.view(1, -1, 1, 1) * (j - i).abs()
+    mask = add.masked_fill(~keep, float("-inf"))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    out = module.out_proj(out.transpose(1, 2).reshape(b, n, -1))
+    return out[real]
+
+
+@pytest.mark.parametrize(
+    ("kv_heads", "causal", "window", "alibi"),
+    [(2, True, (3, 0), True), (1, False, (2, 1), False), (4, False, None, True)],
+)
+def test_multihead_attention_variants_match_padded_sdpa(kv_heads, causal, window, alibi):
+    torch.manual_seed(0)
+    mine = RaggedMultiheadAttention(
+        16, 4, num_kv_heads=kv_heads, causal=causal, window=window, alibi=alibi
+    ).double()
+    assert mine.in_proj_weight.shape == ((4 + 2 * kv_heads) * 4, 16)
+    slopes = mine.alibi_slopes
+    if alibi:
+        torch.testing.assert_close(slopes, ragged.nn.alibi_slopes(4).double())
+        assert "alibi_slopes" in mine.state_dict()
+    else:
+        assert slopes is None and "alibi_slopes" not in mine.state_dict()
+    x = rows([4, 0, 9, 1])
+    expected = _padded_attention(mine, x, causal=causal, window=window, slopes=slopes)
+    torch.testing.assert_close(mine(x).values, expected)
+    ids = ragged.RaggedArray(torch.arange(x.values.shape[0]) // 3, x.partition)
+    expected = _padded_attention(
+        mine, x, causal=causal, window=window, slopes=slopes, documents=ids
+    )
+    torch.testing.assert_close(mine(x, document_ids=ids).values, expected)
+
+
+def test_encoder_layer_takes_the_attention_variants():
+    torch.manual_seed(0)
+    layer = RaggedTransformerEncoderLayer(
+        16, 4, 32, dropout=0.0, num_kv_heads=2, causal=True, window=(2, 0), alibi=True
+    ).double()
+    attn = layer.self_attn
+    assert (attn.num_kv_heads, attn.causal, attn.window) == (2, True, (2, 0))
+    x = rows([3, 0, 6])
+    expected = layer.norm1(x + attn(x))  # post-norm: the attention block first
+    hidden = layer.norm1(x + layer.self_attn(x, causal=True))
+    torch.testing.assert_close(hidden.values, expected.values)
+    encoder = RaggedTransformerEncoder(layer, 2)
+    out = encoder(x, prefix=torch.tensor([1, 0, 2]))
+    assert out.partition is x.partition
+    (grad,) = torch.autograd.grad(out.values.sum(), attn.in_proj_weight, allow_unused=True)
+    assert grad is None  # the encoder holds copies: the original layer is not used
+    with pytest.raises(ValueError, match="must be positive and divide num_heads = 4"):
+        RaggedMultiheadAttention(16, 4, num_kv_heads=3)
+
+
+def test_alibi_slopes_follow_the_paper():
+    torch.testing.assert_close(ragged.nn.alibi_slopes(8), 2.0 ** (-torch.arange(1, 9.0)))
+    # Not a power of two: the 8 slopes of H=8, then every other of H=16.
+    twelve = ragged.nn.alibi_slopes(12)
+    torch.testing.assert_close(twelve[:8], ragged.nn.alibi_slopes(8))
+    torch.testing.assert_close(twelve[8:], ragged.nn.alibi_slopes(16)[0::2][:4])
+    with pytest.raises(ValueError, match="must be a positive int"):
+        ragged.nn.alibi_slopes(0)

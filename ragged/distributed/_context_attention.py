@@ -41,6 +41,7 @@ from .._errors import type_error, typename, value_error
 from .._registry import public
 from ..kernels import _attention_buckets as buckets
 from ..kernels import _attention_plan as planner
+from ..kernels._attention_mods import NONE, PLAIN, Variant
 from ._context_plan import (
     ContextParallelPlan,
     Layout,
@@ -314,10 +315,10 @@ class _MergedAttention(torch.autograd.Function):
         scale: float,
         causal: bool,
     ) -> tuple[Tensor, Tensor]:
-        out, lse = buckets.forward(q, k, v, None, own, scale, causal)
+        out, lse = buckets.forward(q, k, v, None, NONE, own, scale, Variant(causal=causal))
         if other is None or ko is None or vo is None:  # ko, vo may be empty (see attend)
             return out, lse
-        out_o, lse_o = buckets.forward(q, ko, vo, None, other, scale, False)
+        out_o, lse_o = buckets.forward(q, ko, vo, None, NONE, other, scale, PLAIN)
         if alone is not None:  # rows without other keys: their lse_o is unspecified
             lse_o = lse_o.masked_fill(alone, -math.inf)
         merged = torch.logaddexp(lse, lse_o)
@@ -339,14 +340,15 @@ class _MergedAttention(torch.autograd.Function):
         q, k, v, ko, vo, out, lse = ctx.saved_tensors
         need = ctx.needs_input_grad
         grad = grad.contiguous()
-        dq, dk, dv, _ = buckets.vjp(
-            ctx.own, q, k, v, None, out, lse, grad, ctx.scale, ctx.causal, (*need[:3], False)
+        causal = Variant(causal=ctx.causal)
+        dq, dk, dv, *_ = buckets.vjp(
+            ctx.own, q, k, v, None, NONE, out, lse, grad, ctx.scale, causal, (*need[:3], False)
         )
         dko = dvo = None
         if ctx.other is not None and ko is not None:
             wants = (need[0], need[3], need[4], False)
-            dq_o, dko, dvo, _ = buckets.vjp(
-                ctx.other, q, ko, vo, None, out, lse, grad, ctx.scale, False, wants
+            dq_o, dko, dvo, *_ = buckets.vjp(
+                ctx.other, q, ko, vo, None, NONE, out, lse, grad, ctx.scale, PLAIN, wants
             )
             if dq is not None and dq_o is not None:
                 dq = dq + dq_o

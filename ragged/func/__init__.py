@@ -6,6 +6,7 @@ from ._collectives import pmean as pmean
 from ._collectives import pmin as pmin
 from ._collectives import psum as psum
 from ._compile import dynamic_shapes as dynamic_shapes
+from ._compile import jit as jit
 from ._export import RaggedExportedProgram as RaggedExportedProgram
 from ._export import export as export
 from ._export import load_exported as load_exported
@@ -19,6 +20,7 @@ __all__ = [
     "RaggedVmapFallbackWarning",
     "dynamic_shapes",
     "export",
+    "jit",
     "load_exported",
     "map",
     "pmax",

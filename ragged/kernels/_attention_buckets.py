@@ -5,12 +5,17 @@ flash-attention kernel on ``[n, H, L, D]`` (the kernel behind ``F.scaled_dot_pro
 A bucket of one segment, or of segments that lie back to back in ``values``, reads its rows as a
 view (no copy); others gather their rows.
 
-The buckets and their cached plans come from ``_attention_plan``.
+The buckets and their cached plans come from ``_attention_plan``. The variants
+(``_attention_mods``: grouped-query heads, windows, prefix and document masks, ``mask_mod``,
+relative-position tables and ALiBi) are evaluated per bucket on its ``[L, L]`` positions and
+given to the kernel as its additive mask; keys and values with fewer heads go to the kernel as
+they are (torch's CPU flash kernel takes grouped-query heads, forward and backward).
 
 The kernel is an ``autograd.Function``:
 
-* ``backward`` calls torch's flash backward kernel; for a bias that needs a gradient (the kernel
-  does not return one) and for other head widths of ``v`` it recomputes the bucket's
+* ``backward`` calls torch's flash backward kernel; for a bias, relative-position table or ALiBi
+  slopes that needs a gradient (the kernel does not return one) and for other head widths of
+  ``v`` it recomputes the bucket's
   probabilities from the saved log-sum-exp with batched matmuls. Results go into buffers made from the incoming gradient, so it runs
   batched too (``autograd.grad(..., is_grads_batched=True)``; the flash kernel then runs through
   vmap's slow fallback, with torch's performance warning). When a graph of the gradient is being built
@@ -28,7 +33,30 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._attention_plan import Bucket, Plan, Rows
+from ._attention_blocks import (
+    bands,
+    bias_block,
+    buffer,
+    mask,
+    pair_index,
+    positions,
+    read,
+    result,
+    trim,
+    whole,
+    write,
+)
+from ._attention_mods import (
+    Extras,
+    Variant,
+    kernel_causal,
+    key_grad,
+    position_bias,
+    position_bias_grads,
+    pv,
+    qk,
+)
+from ._attention_plan import Bucket, Plan
 
 # Buckets with at least this many query rows use torch's flash backward kernel when they can.
 # Measured here it is as fast as the batched matmuls or faster for every bucket shape but very
@@ -39,107 +67,23 @@ _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 
 
-def _pair_index(bucket: Bucket, dump: int | None = None) -> Tensor:
-    """Index of every (query, key) slot of the bucket in the bias values, ``[n, q_len,
-    k_len]``: clamped into the segment where padded (``dump is None``, for reading), or the dump
-    row ``dump`` there (for writing). Computed per call (its size is the bucket's pairs)."""
-    device = bucket.pair_start.device
-    i = torch.arange(bucket.q_len, device=device).view(1, -1, 1)
-    j = torch.arange(bucket.k_len, device=device).view(1, 1, -1)
-    nq, nk = bucket.q_counts.view(-1, 1, 1), bucket.k_counts.view(-1, 1, 1)
-    start = bucket.pair_start.view(-1, 1, 1)
-    if dump is None:
-        return start + torch.minimum(i, nq - 1) * nk + torch.minimum(j, nk - 1)
-    inside = (i < nq) & (j < nk)
-    return torch.where(inside, start + i * nk + j, dump)
-
-
-def _read(x: Tensor, rows: Rows, n: int, size: int) -> Tensor:
-    """A bucket's rows of ``x`` (``[T, H, D]``) as ``[n, H, size, D]``."""
-    block = x[rows[0] : rows[1]] if isinstance(rows, tuple) else x.index_select(0, rows)
-    return block.view(n, size, *x.shape[1:]).transpose(1, 2)
-
-
-def _write(buffer: Tensor, dest: Rows, part: Tensor) -> None:
-    """Write a bucket's ``[n, H, size, D]`` result rows into ``buffer`` (``[T + 1, H, D]``; row
-    ``T`` is a dump for padded slots)."""
-    rows = part.transpose(1, 2)  # [n, size, H, D]
-    if isinstance(dest, tuple):
-        buffer[dest[0] : dest[1]].view_as(rows).copy_(rows)
-    else:
-        buffer.index_put_((dest.view(rows.shape[:2]),), rows)
-
-
-def _buffer(sources: tuple[Tensor | None, ...], rows: int, tail: Any, like: Tensor) -> Tensor:
-    """Zeros ``[rows + 1, *tail]`` (the last row is a dump) of ``like``'s dtype and device,
-    batched under ``vmap`` when any source is: made from an empty slice of the sources rather
-    than by a factory. The result is returned as the view ``[:rows]``."""
-    anchor = None
-    for source in sources:
-        if source is not None:
-            zero = source.reshape(-1)[:0].sum()
-            anchor = zero if anchor is None else anchor + zero
-    if anchor is None:
-        return like.new_zeros((rows + 1, *tail))
-    return anchor.to(like.dtype).expand(rows + 1, *tail).contiguous()
-
-
-def _result(p: Plan, idle: bool, sources: tuple[Tensor | None, ...], shape: torch.Size) -> Tensor:
-    """The buffer a gradient or tangent of ``shape`` is written into. Uninitialised and without
-    a dump row when every row is written (no padding, no idle rows) and there is one source of
-    that shape: its ``empty_like``, batched under ``vmap`` when the source is. Else
-    ``_buffer`` (batched when any source is)."""
-    present = [s for s in sources if s is not None]
-    if not p.padded and not idle and len(present) == 1 and present[0].shape == shape:
-        return torch.empty_like(present[0], memory_format=torch.contiguous_format)
-    like = next(s for s in sources if s is not None)
-    return _buffer(sources, shape[0], tuple(shape[1:]), like)
-
-
-def _trim(buffer: Tensor, rows: int) -> Tensor:
-    """Drop the dump row of a ``_buffer`` (no-op for an exact buffer)."""
-    return buffer if buffer.shape[0] == rows else buffer[:rows]
-
-
-def _mask(bucket: Bucket, bias: Tensor | None, dtype: torch.dtype, causal: bool) -> Tensor | None:
-    """The additive mask of a bucket: the bias (``[n, H, q_len, k_len]``) plus ``-inf`` at padded
-    keys; ``None`` when there is neither. With ``causal`` (self-attention) padded keys need no
-    mask: they come after every real query row."""
-    mask = None if bias is None else _bias_block(bucket, bias)
-    if bucket.key_keep is not None and not causal:
-        keep = bucket.key_keep.view(bucket.n, 1, 1, bucket.k_len)
-        pad = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
-        pad = pad.masked_fill_(~keep, float("-inf"))
-        mask = pad if mask is None else mask + pad
-    return mask
-
-
-def _bias_block(bucket: Bucket, bias: Tensor) -> Tensor:
-    """A bucket's block of the pair bias ``[pairs, H]`` as ``[n, H, q_len, k_len]``."""
-    if bucket.pair_range is not None:
-        block = bias[bucket.pair_range[0] : bucket.pair_range[1]]
-    else:
-        block = bias.index_select(0, _pair_index(bucket).view(-1))
-    return block.view(bucket.n, bucket.q_len, bucket.k_len, -1).permute(0, 3, 1, 2)
-
-
 def _scores(
-    qb: Tensor, kb: Tensor, mask: Tensor | None, scale: float, causal: bool, inplace: bool = True
+    qb: Tensor, kb: Tensor, add: Tensor | None, scale: float, causal: bool, inplace: bool = True
 ) -> Tensor:
     """Masked scores ``[n, H, q_len, k_len]`` (out of place when a graph is recorded)."""
-    scores = torch.matmul(qb, kb.transpose(-1, -2))
+    scores = qk(qb, kb)
     above = None
     if causal:
         shape = scores.shape[-2:]
         above = torch.ones(shape, dtype=torch.bool, device=scores.device).triu_(1)
     if not inplace:
         scores = scores * scale
-        if mask is not None:
-            scores = scores + mask
+        if add is not None:
+            scores = scores + add
         return scores if above is None else scores.masked_fill(above, float("-inf"))
     scores.mul_(scale)
-    if mask is not None:
-        scores.add_(mask)
+    if add is not None:
+        scores.add_(add)
     return scores if above is None else scores.masked_fill_(above, float("-inf"))
 
 
@@ -155,15 +99,93 @@ def _safe_softmax(scores: Tensor) -> Tensor:
 
 
 def _forward_bucket(
-    qb: Tensor, kb: Tensor, vb: Tensor, mask: Tensor | None, scale: float, causal: bool
+    qb: Tensor, kb: Tensor, vb: Tensor, attn_mask: Tensor | None, scale: float, causal: bool
 ) -> tuple[Tensor, Tensor]:
-    """Output ``[n, H, q_len, Dv]`` and log-sum-exp ``[n, H, q_len]`` of one bucket."""
+    """Output ``[n, H, q_len, Dv]`` and log-sum-exp ``[n, H, q_len]`` of one bucket (0 for a
+    row whose keys are all masked, as the flash kernel gives)."""
     if qb.shape[-1] == vb.shape[-1] and qb.device.type == "cpu":
-        return _flash(qb, kb, vb, 0.0, causal, attn_mask=mask, scale=scale)
-    scores = _scores(qb, kb, mask, scale, causal)
+        return _flash(qb, kb, vb, 0.0, causal, attn_mask=attn_mask, scale=scale)
+    scores = _scores(qb, kb, attn_mask, scale, causal)
     lse = torch.logsumexp(scores, -1)
+    lse = torch.where(torch.isfinite(lse), lse, 0.0)
     weights = scores.sub_(lse.unsqueeze(-1)).exp_()
-    return torch.matmul(weights, vb), lse.to(lse_dtype(qb.dtype))
+    return pv(weights, vb), lse.to(lse_dtype(qb.dtype))
+
+
+def _forward_banded(
+    bucket: Bucket,
+    qb: Tensor,
+    kb: Tensor,
+    vb: Tensor,
+    bias: Tensor | None,
+    extras: Extras,
+    variant: Variant,
+    scale: float,
+    causal: bool,
+) -> tuple[Tensor, Tensor]:
+    """``_forward_bucket`` on the whole bucket, or band by band under a narrow window."""
+    heads = qb.shape[1]
+    cut = bands(bucket, variant, extras)
+    if cut is None:
+        return _forward_bucket(
+            qb, kb, vb, mask(bucket, bias, extras, variant, qb.dtype, heads), scale, causal
+        )
+    out = qb.new_empty((*qb.shape[:-1], vb.shape[-1]))
+    lse = qb.new_empty(qb.shape[:-1], dtype=lse_dtype(qb.dtype))
+    for block in cut:
+        a, b, c, d = block
+        part = mask(bucket, bias, extras, variant, qb.dtype, heads, block)
+        out_b, lse_b = _forward_bucket(
+            qb[:, :, a:b], kb[:, :, c:d], vb[:, :, c:d], part, scale, False
+        )
+        out[:, :, a:b], lse[:, :, a:b] = out_b, lse_b
+    return out, lse
+
+
+def _flash_backward_banded(
+    bucket: Bucket,
+    gb: Tensor,
+    qb: Tensor,
+    kb: Tensor,
+    vb: Tensor,
+    ob: Tensor,
+    lse_b: Tensor,
+    bias: Tensor | None,
+    extras: Extras,
+    variant: Variant,
+    scale: float,
+    causal: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """torch's flash backward on the whole bucket, or band by band under a narrow window (the
+    key gradients of overlapping bands add up)."""
+    heads = qb.shape[1]
+    cut = bands(bucket, variant, extras)
+    if cut is None:
+        whole_mask = mask(bucket, bias, extras, variant, qb.dtype, heads)
+        return _flash_backward(
+            gb, qb, kb, vb, ob, lse_b.contiguous(), 0.0, causal, attn_mask=whole_mask, scale=scale
+        )
+    dq = torch.empty_like(qb)
+    dk, dv = torch.zeros_like(kb), torch.zeros_like(vb)
+    for block in cut:
+        a, b, c, d = block
+        part = mask(bucket, bias, extras, variant, qb.dtype, heads, block)
+        dqc, dkc, dvc = _flash_backward(
+            gb[:, :, a:b],
+            qb[:, :, a:b],
+            kb[:, :, c:d],
+            vb[:, :, c:d],
+            ob[:, :, a:b],
+            lse_b[:, :, a:b].contiguous(),
+            0.0,
+            False,
+            attn_mask=part,
+            scale=scale,
+        )
+        dq[:, :, a:b] = dqc
+        dk[:, :, c:d] += dkc
+        dv[:, :, c:d] += dvc
+    return dq, dk, dv
 
 
 def lse_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -180,33 +202,51 @@ def _unit_stride(x: Tensor) -> Tensor:
 
 
 def bucketed_attention(
-    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, p: Plan, scale: float, causal: bool
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    extras: Extras,
+    p: Plan,
+    scale: float,
+    variant: Variant,
 ) -> Tensor:
-    """Attention of ``q`` ``[Tq, H, D]`` over ``k``/``v`` ``[Tk, H, D(v)]`` by the plan ``p``."""
-    out, _ = _BucketedAttention.apply(q, k, v, bias, p, scale, causal)
+    """Attention of ``q`` ``[Tq, H, D]`` over ``k``/``v`` ``[Tk, H_kv, D(v)]`` by the plan
+    ``p``, with a pair bias ``[pairs, H]`` and the variants (``extras``, ``variant``)."""
+    table, slopes, documents, prefix = extras
+    out, _ = _BucketedAttention.apply(
+        q, k, v, bias, table, slopes, documents, prefix, p, scale, variant
+    )
     return out
 
 
 def forward(
-    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, p: Plan, scale: float, causal: bool
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    extras: Extras,
+    p: Plan,
+    scale: float,
+    variant: Variant,
 ) -> tuple[Tensor, Tensor]:
     """The output ``[Tq, H, Dv]`` and the log-sum-exp of every query row's scores ``[Tq, H]``
     (rows without keys: their entries are unspecified, and never read)."""
     q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
     heads = q.shape[1]
+    causal = kernel_causal(variant, extras)
     make = q.new_zeros if p.idle_q else q.new_empty
     out = make((q.shape[0], heads, v.shape[-1]))
     lse = q.new_empty((q.shape[0], heads, 1), dtype=lse_dtype(q.dtype))
     for bucket in p.buckets:
-        qb = _read(q, bucket.q_read, bucket.n, bucket.q_len)
-        kb = _read(k, bucket.k_read, bucket.n, bucket.k_len)
-        vb = _read(v, bucket.k_read, bucket.n, bucket.k_len)
-        mask = _mask(bucket, bias, q.dtype, causal)
-        ob, lse_b = _forward_bucket(qb, kb, vb, mask, scale, causal)
+        qb = read(q, bucket.q_read, bucket.n, bucket.q_len)
+        kb = read(k, bucket.k_read, bucket.n, bucket.k_len)
+        vb = read(v, bucket.k_read, bucket.n, bucket.k_len)
+        ob, lse_b = _forward_banded(bucket, qb, kb, vb, bias, extras, variant, scale, causal)
         lse_b = lse_b.unsqueeze(-1)  # [n, H, q_len, 1]
         if bucket.q_real is None or bucket.q_real_dest is None:
-            _write(out, bucket.q_dest, ob)
-            _write(lse, bucket.q_dest, lse_b)
+            write(out, bucket.q_dest, ob)
+            write(lse, bucket.q_dest, lse_b)
         else:  # only the real rows: the outputs have no dump row (they are returned as is)
             for target, part in ((out, ob), (lse, lse_b)):
                 rows = _rows_of(part).index_select(0, bucket.q_real)
@@ -219,52 +259,88 @@ def _rows_of(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[-1])
 
 
+def _fold(x: Tensor | None, dim: int | None, size: int, axis: int) -> Tensor | None:
+    """Merge a vmapped dimension ``dim`` of ``x`` (``None``: not batched, expanded) into its
+    heads axis ``axis``: ``V`` problems of ``H`` heads become one problem of ``V * H`` heads,
+    problem-major (``v * H + h``), which keeps grouped-query heads grouped."""
+    if x is None:
+        return None
+    if dim is None:
+        x = x.unsqueeze(axis).expand(*x.shape[:axis], size, *x.shape[axis:])
+    else:
+        x = x.movedim(dim, axis)
+    return x.flatten(axis, axis + 1)
+
+
 class _BucketedAttention(torch.autograd.Function):
     @staticmethod
     def forward(
-        q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, p: Plan, scale: float, causal: bool
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        bias: Tensor | None,
+        table: Tensor | None,
+        slopes: Tensor | None,
+        documents: Tensor | None,
+        prefix: Tensor | None,
+        p: Plan,
+        scale: float,
+        variant: Variant,
     ) -> tuple[Tensor, Tensor]:
-        return forward(q, k, v, bias, p, scale, causal)
+        extras = Extras(table, slopes, documents, prefix)
+        return forward(q, k, v, bias, extras, p, scale, variant)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        q, k, v, bias, p, scale, causal = inputs
+        q, k, v, bias, table, slopes, documents, prefix, p, scale, variant = inputs
         out, lse = output
         ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(q, k, v, bias, out, lse)
-        ctx.save_for_forward(q, k, v, bias)
-        ctx.plan, ctx.scale, ctx.causal = p, scale, causal
+        ctx.save_for_backward(q, k, v, bias, table, slopes, documents, prefix, out, lse)
+        ctx.save_for_forward(q, k, v, bias, table, slopes, documents, prefix)
+        ctx.plan, ctx.scale, ctx.variant = p, scale, variant
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor, _grad_lse: Any) -> tuple[Any, ...]:
-        q, k, v, bias, out, lse = ctx.saved_tensors
-        need = ctx.needs_input_grad[:4]
-        grads = vjp(ctx.plan, q, k, v, bias, out, lse, grad, ctx.scale, ctx.causal, need)
-        return (*(g if n else None for g, n in zip(grads, need, strict=True)), None, None, None)
+        q, k, v, bias, table, slopes, documents, prefix, out, lse = ctx.saved_tensors
+        need = ctx.needs_input_grad[:6]
+        extras = Extras(table, slopes, documents, prefix)
+        grads = vjp(ctx.plan, q, k, v, bias, extras, out, lse, grad, ctx.scale, ctx.variant, need)
+        grads = tuple(g if n else None for g, n in zip(grads, need, strict=True))
+        return (*grads, None, None, None, None, None)
 
     @staticmethod
-    def jvp(ctx: Any, dq: Any, dk: Any, dv: Any, dbias: Any, *_: Any) -> tuple[Tensor, None]:
-        q, k, v, bias = ctx.saved_tensors
-        tangent = _jvp(ctx.plan, q, k, v, bias, dq, dk, dv, dbias, ctx.scale, ctx.causal)
+    def jvp(ctx: Any, *tangents: Any) -> tuple[Tensor, None]:
+        q, k, v, bias, table, slopes, documents, prefix = ctx.saved_tensors
+        extras = Extras(table, slopes, documents, prefix)
+        dq, dk, dv, dbias, dtable, dslopes = tangents[:6]
+        tangent = _jvp(
+            ctx.plan,
+            q,
+            k,
+            v,
+            bias,
+            extras,
+            (dq, dk, dv, dbias, dtable, dslopes),
+            ctx.scale,
+            ctx.variant,
+        )
         return tangent, None
 
     @staticmethod
     def vmap(info: Any, in_dims: Any, *args: Any) -> Any:
-        q, k, v, bias, p, scale, causal = args
+        q, k, v, bias, table, slopes, documents, prefix, p, scale, variant = args
         size = info.batch_size
-
-        def fold(x: Tensor | None, dim: int | None) -> Tensor | None:
-            if x is None:
-                return None
-            if dim is None:
-                x = x.unsqueeze(1).expand(x.shape[0], size, *x.shape[1:])
-            else:
-                x = x.movedim(dim, 1)
-            return x.reshape(x.shape[0], -1, *x.shape[3:])  # [rows, V * H, ...]
-
-        q2, k2, v2 = (fold(x, d) for x, d in zip((q, k, v), in_dims[:3], strict=True))
-        b2 = fold(bias, in_dims[3])
-        out, lse = _BucketedAttention.apply(q2, k2, v2, b2, p, scale, causal)
+        if in_dims[6] is not None or in_dims[7] is not None:
+            raise NotImplementedError(
+                "vmap over the `document_ids` or `prefix` of ragged.attention is not supported"
+            )
+        q2, k2, v2, b2, t2 = (
+            _fold(x, d, size, 1) for x, d in zip((q, k, v, bias, table), in_dims[:5], strict=True)
+        )
+        s2 = _fold(slopes, in_dims[5], size, 0)
+        out, lse = _BucketedAttention.apply(
+            q2, k2, v2, b2, t2, s2, documents, prefix, p, scale, variant
+        )
         out = out.view(out.shape[0], size, -1, out.shape[-1])
         lse = lse.view(lse.shape[0], size, -1)
         return (out, lse), (1, 1)
@@ -276,65 +352,78 @@ def vjp(
     k: Tensor,
     v: Tensor,
     bias: Tensor | None,
+    extras: Extras,
     out: Tensor,
     lse: Tensor,
     grad: Tensor,
     scale: float,
-    causal: bool,
+    variant: Variant,
     need: tuple[bool, ...],
 ) -> tuple[Tensor | None, ...]:
-    """Gradients bucket by bucket, with batched matmuls.
+    """Gradients of ``(q, k, v, bias, table, slopes)``, bucket by bucket.
 
-    First order (no graph of the gradient): probabilities from the saved log-sum-exp, updated
-    in place in fresh temporaries. When a graph of the gradient is being built (double
-    backward), every step is out of place and the probabilities come from a differentiable
-    softmax (the saved log-sum-exp carries no gradient; the saved output does, through this
-    Function).
+    First order (no graph of the gradient): torch's flash backward kernel when no bias, table
+    or slopes needs a gradient; else probabilities from the saved log-sum-exp, updated in place
+    in fresh temporaries, and batched matmuls. When a graph of the gradient is being built
+    (double backward), every step is out of place and the probabilities come from a
+    differentiable softmax (the saved log-sum-exp carries no gradient; the saved output does,
+    through this Function).
     """
     graph = torch.is_grad_enabled()
     q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
-    heads, width, width_v = q.shape[1], q.shape[2], v.shape[2]
+    heads, kv_heads, width, width_v = q.shape[1], k.shape[1], q.shape[2], v.shape[2]
+    causal = kernel_causal(variant, extras)
+    table, slopes = extras.table, extras.slopes
+    need_table = len(need) > 4 and need[4] and table is not None
+    need_slopes = len(need) > 5 and need[5] and slopes is not None
     delta = None  # [Tq, H, 1]: rowsum(dO * O), for the matmul formulas
     sources = (grad,)
-    dq = _result(p, p.idle_q, sources, q.shape) if need[0] else None
-    dk = _result(p, p.idle_k, sources, k.shape) if need[1] else None
-    dv = _result(p, p.idle_k, sources, v.shape) if need[2] else None
-    dbias = None
+    dq = result(p, p.idle_q, sources, q.shape) if need[0] else None
+    dk = result(p, p.idle_k, sources, k.shape) if need[1] else None
+    dv = result(p, p.idle_k, sources, v.shape) if need[2] else None
+    dbias = dtable = dslopes = None
     if need[3] and bias is not None:
-        dbias = _buffer(sources, bias.shape[0], (heads,), q)
-    flash = not graph and not need[3] and width == width_v and q.device.type == "cpu"
+        dbias = buffer(sources, bias.shape[0], (heads,), q)
+    flash = (
+        not graph
+        and dbias is None
+        and not need_table
+        and not need_slopes
+        and width == width_v
+        and q.device.type == "cpu"
+    )
     for bucket in p.buckets:
         n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
-        qb = _read(q, bucket.q_read, n, q_len)
-        kb = _read(k, bucket.k_read, n, k_len)
-        vb = _read(v, bucket.k_read, n, k_len)
-        gb = _read(grad, bucket.q_read, n, q_len)
+        qb = read(q, bucket.q_read, n, q_len)
+        kb = read(k, bucket.k_read, n, k_len)
+        vb = read(v, bucket.k_read, n, k_len)
+        gb = read(grad, bucket.q_read, n, q_len)
         q_keep = None if bucket.q_keep is None else bucket.q_keep.view(n, 1, q_len, 1)
         if q_keep is not None:  # padded query rows carry no gradient
             gb = torch.where(q_keep, gb, 0.0)
         # Padded slots read the log-sum-exp of the row they were read from (the same scores).
-        lse_b = _read(lse.unsqueeze(-1), bucket.q_read, n, q_len).squeeze(-1)  # [n, H, q_len]
-        mask = _mask(bucket, bias, q.dtype, causal)
+        lse_b = read(lse.unsqueeze(-1), bucket.q_read, n, q_len).squeeze(-1)  # [n, H, q_len]
         if flash and q_len >= FLASH_BACKWARD_MIN:
-            ob = _read(out, bucket.q_read, n, q_len)
-            dqb, dkb, dvb = _flash_backward(
-                gb, qb, kb, vb, ob, lse_b.contiguous(), 0.0, causal, attn_mask=mask, scale=scale
+            ob = read(out, bucket.q_read, n, q_len)
+            dqb, dkb, dvb = _flash_backward_banded(
+                bucket, gb, qb, kb, vb, ob, lse_b, bias, extras, variant, scale, causal
             )
-            for buffer, dest, part in ((dq, bucket.q_dest, dqb), (dk, bucket.k_dest, dkb)):
-                if buffer is not None:
-                    _write(buffer, dest, part)
+            for target, dest, part in ((dq, bucket.q_dest, dqb), (dk, bucket.k_dest, dkb)):
+                if target is not None:
+                    write(target, dest, part)
             if dv is not None:
-                _write(dv, bucket.k_dest, dvb)
+                write(dv, bucket.k_dest, dvb)
             continue
+        block_mask = mask(bucket, bias, extras, variant, q.dtype, heads)
         # Batched matmuls want contiguous [n, H, L, D] operands: copy each once.
         qb, kb, vb, gb = qb.contiguous(), kb.contiguous(), vb.contiguous(), gb.contiguous()
         if delta is None:
             delta = (grad * out).sum(-1, keepdim=True)
-        db = _read(delta, bucket.q_read, n, q_len)  # [n, H, q_len, 1]
+        db = read(delta, bucket.q_read, n, q_len)  # [n, H, q_len, 1]
         if q_keep is not None:
             db = torch.where(q_keep, db, 0.0)
-        scores = _scores(qb, kb, mask, scale, causal, inplace=not graph)
-        dweights = torch.matmul(gb, vb.transpose(-1, -2))
+        scores = _scores(qb, kb, block_mask, scale, causal, inplace=not graph)
+        dweights = qk(gb, vb)
         if graph:
             weights = _safe_softmax(scores)
             dscores = (dweights - db) * weights
@@ -342,22 +431,45 @@ def vjp(
             weights = scores.sub_(lse_b.unsqueeze(-1).to(scores.dtype)).exp_()
             dscores = dweights.sub_(db).mul_(weights)
         if dv is not None:
-            _write(dv, bucket.k_dest, torch.matmul(weights.transpose(-1, -2), gb))
+            write(dv, bucket.k_dest, key_grad(weights, gb, kv_heads))
         if dq is not None:
-            _write(dq, bucket.q_dest, torch.matmul(dscores, kb) * scale)
+            write(dq, bucket.q_dest, pv(dscores, kb) * scale)
         if dk is not None:
-            _write(dk, bucket.k_dest, torch.matmul(dscores.transpose(-1, -2), qb) * scale)
+            write(dk, bucket.k_dest, key_grad(dscores, qb, kv_heads) * scale)
         if dbias is not None:
             block = dscores.permute(0, 2, 3, 1)  # [n, q_len, k_len, H]
             if bucket.pair_range is not None:
                 dbias[bucket.pair_range[0] : bucket.pair_range[1]].view_as(block).copy_(block)
             else:
-                dbias.index_put_((_pair_index(bucket, dump=dbias.shape[0] - 1),), block)
+                dbias.index_put_((pair_index(bucket, dump=dbias.shape[0] - 1),), block)
+        if need_table or need_slopes:
+            i, j = positions(whole(bucket), q.device)
+            grads = position_bias_grads(
+                dscores,
+                i,
+                j,
+                variant.radius,
+                table if need_table else None,
+                slopes if need_slopes else None,
+            )
+            dtable = _accumulate(dtable, grads[0])
+            dslopes = _accumulate(dslopes, grads[1])
+    if need_table and dtable is None and table is not None:  # no bucket: no pairs
+        dtable = torch.zeros_like(table)
+    if need_slopes and dslopes is None and slopes is not None:
+        dslopes = torch.zeros_like(slopes)
     shapes = (q.shape, k.shape, v.shape, None if bias is None else bias.shape)
-    return tuple(
-        None if x is None or shape is None else _trim(x, shape[0])
+    first = tuple(
+        None if x is None or shape is None else trim(x, shape[0])
         for x, shape in zip((dq, dk, dv, dbias), shapes, strict=True)
     )
+    return (*first, dtable, dslopes)
+
+
+def _accumulate(total: Tensor | None, term: Tensor | None) -> Tensor | None:
+    if term is None:
+        return total
+    return term if total is None else total + term
 
 
 def _jvp(
@@ -366,42 +478,48 @@ def _jvp(
     k: Tensor,
     v: Tensor,
     bias: Tensor | None,
-    dq: Tensor | None,
-    dk: Tensor | None,
-    dv: Tensor | None,
-    dbias: Tensor | None,
+    extras: Extras,
+    tangents: tuple[Tensor | None, ...],
     scale: float,
-    causal: bool,
+    variant: Variant,
 ) -> Tensor:
     """The output tangent, bucket by bucket (tangents may be batched)."""
+    dq, dk, dv, dbias, dtable, dslopes = tangents
     q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
-    shape = (q.shape[0], q.shape[1], v.shape[2])
-    out = _result(p, p.idle_q, (dq, dk, dv, dbias), torch.Size(shape))
+    heads = q.shape[1]
+    causal = kernel_causal(variant, extras)
+    shape = (q.shape[0], heads, v.shape[2])
+    out = result(p, p.idle_q, (dq, dk, dv, dbias, dtable, dslopes), torch.Size(shape))
     for bucket in p.buckets:
         n, q_len, k_len = bucket.n, bucket.q_len, bucket.k_len
-        qb = _read(q, bucket.q_read, n, q_len)
-        kb = _read(k, bucket.k_read, n, k_len)
-        vb = _read(v, bucket.k_read, n, k_len)
-        mask = _mask(bucket, bias, q.dtype, causal)
-        weights = _safe_softmax(_scores(qb, kb, mask, scale, causal, inplace=False))
+        qb = read(q, bucket.q_read, n, q_len)
+        kb = read(k, bucket.k_read, n, k_len)
+        vb = read(v, bucket.k_read, n, k_len)
+        block_mask = mask(bucket, bias, extras, variant, q.dtype, heads)
+        weights = _safe_softmax(_scores(qb, kb, block_mask, scale, causal, inplace=False))
         dscores = None
         if dq is not None:
-            dscores = torch.matmul(_read(dq, bucket.q_read, n, q_len), kb.transpose(-1, -2))
+            dscores = qk(read(dq, bucket.q_read, n, q_len), kb)
         if dk is not None:
-            term = torch.matmul(qb, _read(dk, bucket.k_read, n, k_len).transpose(-1, -2))
+            term = qk(qb, read(dk, bucket.k_read, n, k_len))
             dscores = term if dscores is None else dscores + term
         if dscores is not None:
             dscores = dscores * scale
         if dbias is not None:
-            term = _bias_block(bucket, dbias)
+            term = bias_block(bucket, dbias)
             dscores = term if dscores is None else dscores + term
+        if dtable is not None or dslopes is not None:
+            i, j = positions(whole(bucket), q.device)
+            moved = position_bias(i, j, variant.radius, dtable, dslopes)
+            if moved is not None:
+                dscores = moved if dscores is None else dscores + moved
         tangent = None
         if dscores is not None:
             dweights = weights * (dscores - (weights * dscores).sum(-1, keepdim=True))
-            tangent = torch.matmul(dweights, vb)
+            tangent = pv(dweights, vb)
         if dv is not None:
-            term = torch.matmul(weights, _read(dv, bucket.k_read, n, k_len))
+            term = pv(weights, read(dv, bucket.k_read, n, k_len))
             tangent = term if tangent is None else tangent + term
         if tangent is not None:
-            _write(out, bucket.q_dest, tangent)
-    return _trim(out, shape[0])
+            write(out, bucket.q_dest, tangent)
+    return trim(out, shape[0])

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from . import _attention_buckets as buckets
 from . import _attention_plan as planner
+from ._attention_mods import Extras, Variant
 
 # Plans by (id of q's lengths tensor, id of k's, head width): tensors compare elementwise, so they
 # cannot key a WeakKeyDictionary; the entry keeps weak references to check identity and is
@@ -47,21 +48,35 @@ def _plan(q_lengths: Tensor, k_lengths: Tensor, head_numel: int) -> planner.Plan
     return found
 
 
+def _variant(causal: bool, left: int | None, right: int | None, radius: int) -> Variant:
+    return Variant(causal=causal, left=left, right=right, radius=radius)
+
+
 @torch.library.custom_op("ragged::bucketed_attention", mutates_args=())
 def bucketed_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     bias: Tensor | None,
+    table: Tensor | None,
+    slopes: Tensor | None,
+    documents: Tensor | None,
+    prefix: Tensor | None,
     q_lengths: Tensor,
     k_lengths: Tensor,
     scale: float,
     causal: bool,
+    left: int | None,
+    right: int | None,
+    radius: int,
 ) -> tuple[Tensor, Tensor]:
     """Output ``[Tq, H, Dv]`` and log-sum-exp ``[Tq, H]`` of the bucketed kernel."""
     p = _plan(q_lengths, k_lengths, q.shape[1] * q.shape[2])
+    extras = Extras(table, slopes, documents, prefix)
     with torch.no_grad():
-        return buckets.forward(q, k, v, bias, p, scale, causal)
+        return buckets.forward(
+            q, k, v, bias, extras, p, scale, _variant(causal, left, right, radius)
+        )
 
 
 @bucketed_attention.register_fake
@@ -70,10 +85,17 @@ def _(
     k: Tensor,
     v: Tensor,
     bias: Tensor | None,
+    table: Tensor | None,
+    slopes: Tensor | None,
+    documents: Tensor | None,
+    prefix: Tensor | None,
     q_lengths: Tensor,
     k_lengths: Tensor,
     scale: float,
     causal: bool,
+    left: int | None,
+    right: int | None,
+    radius: int,
 ) -> tuple[Tensor, Tensor]:
     out = q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
     return out, q.new_empty((q.shape[0], q.shape[1]), dtype=buckets.lse_dtype(q.dtype))
@@ -86,21 +108,35 @@ def bucketed_attention_backward(
     k: Tensor,
     v: Tensor,
     bias: Tensor | None,
+    table: Tensor | None,
+    slopes: Tensor | None,
+    documents: Tensor | None,
+    prefix: Tensor | None,
     out: Tensor,
     lse: Tensor,
     q_lengths: Tensor,
     k_lengths: Tensor,
     scale: float,
     causal: bool,
-    bias_grad: bool,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of q, k, v and the bias (an empty tensor when not needed)."""
+    left: int | None,
+    right: int | None,
+    radius: int,
+    need: list[bool],
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of q, k, v, the bias, the table and the slopes (empty when not needed)."""
     p = _plan(q_lengths, k_lengths, q.shape[1] * q.shape[2])
-    need = (True, True, True, bias_grad and bias is not None)
+    extras = Extras(table, slopes, documents, prefix)
+    variant = _variant(causal, left, right, radius)
     with torch.no_grad():
-        dq, dk, dv, dbias = buckets.vjp(p, q, k, v, bias, out, lse, grad, scale, causal, need)
-    grads = [x if x is not None else torch.zeros_like(y) for x, y in ((dq, q), (dk, k), (dv, v))]
-    return grads[0], grads[1], grads[2], q.new_empty(0) if dbias is None else dbias
+        grads = buckets.vjp(
+            p, q, k, v, bias, extras, out, lse, grad, scale, variant, (True, True, True, *need)
+        )
+    dq, dk, dv = (
+        x if x is not None else torch.zeros_like(y)
+        for x, y in zip(grads[:3], (q, k, v), strict=True)
+    )
+    rest = [q.new_empty(0) if x is None else x for x in grads[3:]]
+    return dq, dk, dv, rest[0], rest[1], rest[2]
 
 
 @bucketed_attention_backward.register_fake
@@ -110,32 +146,63 @@ def _(
     k: Tensor,
     v: Tensor,
     bias: Tensor | None,
+    table: Tensor | None,
+    slopes: Tensor | None,
+    documents: Tensor | None,
+    prefix: Tensor | None,
     out: Tensor,
     lse: Tensor,
     q_lengths: Tensor,
     k_lengths: Tensor,
     scale: float,
     causal: bool,
-    bias_grad: bool,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    dbias = torch.empty_like(bias) if bias_grad and bias is not None else q.new_empty(0)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dbias
+    left: int | None,
+    right: int | None,
+    radius: int,
+    need: list[bool],
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    rest = [
+        torch.empty_like(x) if wanted and x is not None else q.new_empty(0)
+        for x, wanted in zip((bias, table, slopes), need, strict=True)
+    ]
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), rest[0], rest[1], rest[2]
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    q, k, v, bias, q_lengths, k_lengths, scale, causal = inputs
+    q, k, v, bias, table, slopes, documents, prefix, q_lengths, k_lengths = inputs[:10]
     out, lse = output
-    ctx.save_for_backward(q, k, v, bias, out, lse, q_lengths, k_lengths)
-    ctx.scale, ctx.causal = scale, causal
-    ctx.bias_grad = bias is not None and ctx.needs_input_grad[3]
+    ctx.save_for_backward(
+        q, k, v, bias, table, slopes, documents, prefix, out, lse, q_lengths, k_lengths
+    )
+    ctx.static = inputs[10:]  # scale, causal, left, right, radius
+    ctx.need = [
+        x is not None and ctx.needs_input_grad[i] for i, x in ((3, bias), (4, table), (5, slopes))
+    ]
 
 
 def _backward(ctx: Any, grad: Tensor, _grad_lse: Any) -> tuple[Any, ...]:
-    q, k, v, bias, out, lse, q_lengths, k_lengths = ctx.saved_tensors
-    dq, dk, dv, dbias = bucketed_attention_backward(
-        grad, q, k, v, bias, out, lse, q_lengths, k_lengths, ctx.scale, ctx.causal, ctx.bias_grad
+    q, k, v, bias, table, slopes, documents, prefix, out, lse, q_lengths, k_lengths = (
+        ctx.saved_tensors
     )
-    return dq, dk, dv, dbias if ctx.bias_grad else None, None, None, None, None
+    grads = bucketed_attention_backward(
+        grad,
+        q,
+        k,
+        v,
+        bias,
+        table,
+        slopes,
+        documents,
+        prefix,
+        out,
+        lse,
+        q_lengths,
+        k_lengths,
+        *ctx.static,
+        ctx.need,
+    )
+    rest = [g if wanted else None for g, wanted in zip(grads[3:], ctx.need, strict=True)]
+    return (*grads[:3], *rest, None, None, None, None, None, None, None, None, None)
 
 
 bucketed_attention.register_autograd(_backward, setup_context=_setup_context)

@@ -106,6 +106,7 @@ class Bucket:
         pair_range: the bucket's pairs in a pair bias as one range (unpadded, back to back).
         pair_start, q_counts, k_counts: int64 ``[n]``, each segment's first pair and lengths
             (to index the bias otherwise).
+        segments: int64 ``[n]``, the segments' indices in the batch (for per-segment variants).
 
     Every tensor is flat and made by ``torch.frombuffer`` (see the module doc); shapes are
     applied with views at each use.
@@ -126,6 +127,7 @@ class Bucket:
     pair_start: Tensor
     q_counts: Tensor
     k_counts: Tensor
+    segments: Tensor
 
 
 @dataclasses.dataclass(eq=False)
@@ -225,6 +227,7 @@ def build_plan(lq: list[int], lk: list[int], head_numel: int) -> Plan:
                 _ints(array.array("q", [po[b] for b in group])),
                 _ints(array.array("q", [lq[b] for b in group])),
                 _ints(array.array("q", [lk[b] for b in group])),
+                _ints(array.array("q", group)),
             )
         )
     idle_q = any(a and not c for a, c in zip(lq, lk, strict=True))

@@ -14,6 +14,11 @@ masked out. So under ``torch.compile(dynamic=True)`` this is one graph with no d
 size, and every ``torch.func`` transform works on it (it is made of ``matmul``,
 ``index_select``, ``index_add``, ``scatter_reduce`` and elementwise ops).
 
+The variants (``_attention_mods``) apply per tile: grouped-query heads by folding each group's
+query heads into one matmul (keys and values are not repeated), the masks and positional biases
+on the tile's positions ``i = query block * block + slot`` and ``j`` likewise, and ``score_mod``
+on the tile's scores (any differentiable function: this is its path in every mode).
+
 This is also the reference for the eager kernel's transform rules (forward AD, double
 backward) in ``_attention_buckets.py``.
 """
@@ -26,6 +31,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ._attention_mods import NONE, PLAIN, Extras, Variant, position_bias, pv, qk, visible
 
 COMPILE_BLOCK = 32  # rows per block when compiling (a constant: one graph for every batch)
 
@@ -121,12 +128,15 @@ def tiled_attention(
     scale: float,
     causal: bool,
     dropout_p: float = 0.0,
+    extras: Extras = NONE,
+    variant: Variant = PLAIN,
 ) -> Tensor:
     """Attention of every query row over the keys of its segment, ``[Tq, H, Dv]``.
 
-    ``q``: ``[Tq, H, D]``; ``k``: ``[Tk, H, D]``; ``v``: ``[Tk, H, Dv]``; ``bias``: ``[pairs,
-    H]`` (segment-major, row-major ``(i, j)`` within a segment) or ``None``. Query rows with no
-    keys get 0.
+    ``q``: ``[Tq, H, D]``; ``k``: ``[Tk, H_kv, D]``; ``v``: ``[Tk, H_kv, Dv]`` (``H_kv``
+    divides ``H``); ``bias``: ``[pairs, H]`` (segment-major, row-major ``(i, j)`` within a
+    segment) or ``None``; the variants in ``extras`` and ``variant`` (its ``causal`` is the
+    ``causal`` argument's). Query rows with no keys, or whose keys are all masked, get 0.
     """
     g = geometry
     s = g.block
@@ -151,28 +161,53 @@ def tiled_attention(
     tile_q = torch.where(real_tile, q_first[segment] + qi, 0)
     tile_k = torch.where(real_tile, k_first[segment] + kj, 0)
 
-    scores = torch.matmul(
-        _gather_blocks(_with_padding_row(q), q_rows).index_select(0, tile_q),
-        _gather_blocks(_with_padding_row(k), k_rows).index_select(0, tile_k).transpose(-1, -2),
-    )
-    scores = scores * scale  # [tiles, H, s, s]
-    keep = (k_real.index_select(0, tile_k) & real_tile.unsqueeze(1)).view(-1, 1, 1, s)
+    q_tiles = _gather_blocks(_with_padding_row(q), q_rows).index_select(0, tile_q)
+    k_tiles = _gather_blocks(_with_padding_row(k), k_rows).index_select(0, tile_k)
+    scores = qk(q_tiles, k_tiles) * scale  # [tiles, H, s, s]
+    # Positions within the segment: i of the query slots, j of the key slots.
     slot = torch.arange(s, device=device)
-    if causal:
-        row = qi.view(-1, 1, 1) * s + slot.view(1, s, 1)
-        col = kj.view(-1, 1, 1) * s + slot.view(1, 1, s)
-        keep = keep & (row >= col).unsqueeze(1)
+    i = (qi.view(-1, 1) * s + slot).view(-1, 1, s, 1)
+    j = (kj.view(-1, 1) * s + slot).view(-1, 1, 1, s)
+    nq = q_lengths[segment].view(-1, 1, 1, 1)
+    nk = k_lengths[segment].view(-1, 1, 1, 1)
+    keep = (k_real.index_select(0, tile_k) & real_tile.unsqueeze(1)).view(-1, 1, 1, s)
+    if causal and extras.prefix is None:  # with a prefix, ``visible`` has the causal part
+        keep = keep & (i >= j)
     if bias is not None and g.pair_offsets is not None:
-        i = qi.view(-1, 1, 1) * s + slot.view(1, s, 1)
-        j = kj.view(-1, 1, 1) * s + slot.view(1, 1, s)
-        width = k_lengths[segment].view(-1, 1, 1)
-        inside = (i < q_lengths[segment].view(-1, 1, 1)) & (j < width) & keep.squeeze(1)
-        pair = g.pair_offsets[segment].view(-1, 1, 1) + i * width + j
-        pair = torch.where(inside, pair, bias.shape[0])
+        inside = (i < nq) & (j < nk) & real_tile.view(-1, 1, 1, 1)
+        pair = g.pair_offsets[segment].view(-1, 1, 1, 1) + i * nk + j
+        pair = torch.where(inside, pair, bias.shape[0]).squeeze(1)
         tile_bias = _with_padding_row(bias).index_select(0, pair.reshape(-1))
         tile_bias = tile_bias.view(-1, s, s, heads)
         scores = scores + tile_bias.permute(0, 3, 1, 2)
-    scores = scores.masked_fill(~keep, float("-inf"))
+    # The variants see positions clamped into their segment (padded slots are masked anyway)
+    # and the segment of slack tiles clamped into the batch.
+    ic, jc = torch.minimum(i, (nq - 1).clamp_min(0)), torch.minimum(j, (nk - 1).clamp_min(0))
+    b = segment.clamp_max(num - 2).clamp_min(0).view(-1, 1, 1, 1)
+    h = torch.arange(heads, device=device).view(1, -1, 1, 1)
+    if extras.table is not None or extras.slopes is not None:
+        term = position_bias(
+            ic.squeeze(1), jc.squeeze(1), variant.radius, extras.table, extras.slopes
+        )
+        if term is not None:  # [tiles, H, s, s]
+            scores = scores + term
+    if variant.score_mod is not None:
+        scores = variant.score_mod(scores, b, h, ic, jc)
+    prefix = docs_i = docs_j = None
+    if extras.prefix is not None:
+        prefix = F.pad(extras.prefix, (0, 1))[segment].view(-1, 1, 1, 1)
+    if extras.documents is not None:
+        docs = _with_padding_row(extras.documents.view(-1, 1))
+        docs_i = docs.index_select(0, q_rows.reshape(-1)).view(-1, s).index_select(0, tile_q)
+        docs_j = docs.index_select(0, k_rows.reshape(-1)).view(-1, s).index_select(0, tile_k)
+        docs_i, docs_j = docs_i.view(-1, 1, s, 1), docs_j.view(-1, 1, 1, s)
+    seen = visible(i, j, variant, prefix, docs_i, docs_j, None)
+    if variant.mask_mod is not None:
+        modded = variant.mask_mod(b, h, ic, jc).to(torch.bool)
+        seen = modded if seen is None else seen & modded
+    if seen is not None:
+        keep = keep & seen
+    scores = torch.where(keep, scores, float("-inf"))
 
     # Softmax over every key of a query row: the tiles of its query block, then their columns.
     # The shift is detached (softmax is invariant to it, so this is exact in every order).
@@ -188,7 +223,7 @@ def tiled_attention(
     if dropout_p > 0.0:
         weights = F.dropout(weights, dropout_p)
     values = _gather_blocks(_with_padding_row(v), k_rows).index_select(0, tile_k)
-    per_tile = torch.matmul(weights, values)  # [tiles, H, s, Dv]
+    per_tile = pv(weights, values)  # [tiles, H, s, Dv]
     out = per_tile.new_zeros((g.q_blocks, *per_tile.shape[1:])).index_add(0, tile_q, per_tile)
 
     # Back to rows: row p of segment b sits in block q_first[b] + p // s, slot p % s.
@@ -196,5 +231,5 @@ def tiled_attention(
     position = torch.arange(q.shape[0], device=device) - g.q_offsets[rows_segment]
     flat = (q_first[rows_segment] + torch.div(position, s, rounding_mode="floor")) * s
     flat = flat + torch.remainder(position, s)
-    out = out.transpose(1, 2).reshape(g.q_blocks * s, heads, -1)
+    out = out.transpose(1, 2).reshape(g.q_blocks * s, heads, v.shape[-1])
     return out.index_select(0, flat)

@@ -25,11 +25,17 @@ general path, and double backward (``create_graph=True``) through this path rais
 Which kernel (``choose``, a pure function of static facts, tested on any machine):
 
 * a CUDA tensor, both maximum lengths known, no pair bias (neither kernel takes a per-segment
-  bias), at least one query row and one key row, and no ``torch.func`` transform or forward AD;
-* flash for float16/bfloat16 with ``Dq == Dv``, a multiple of 8, at most 256;
+  bias), none of the variants the kernels do not take (relative-position tables, ALiBi with a
+  gradient, document or prefix masks, ``score_mod``, ``mask_mod``), at least one query row and
+  one key row, and no ``torch.func`` transform or forward AD;
+* flash for float16/bfloat16 with ``Dq == Dv``, a multiple of 8, at most 256: it takes
+  grouped-query heads (``H_kv`` dividing ``H``) and a window (``window_size_left/right``,
+  saved by torch's autograd formula for the backward) natively;
 * else memory-efficient for float16/bfloat16/float32 with ``Dq`` and ``Dv`` multiples of 8
-  (4 for float32), in eager mode only: under ``torch.compile`` torch 2.13's fake-tensor rule for
-  its backward takes the wrong arguments, so compiled float32 attention keeps the tiled path;
+  (4 for float32), without a window, in eager mode only: under ``torch.compile`` torch 2.13's
+  fake-tensor rule for its backward takes the wrong arguments, so compiled float32 attention
+  keeps the tiled path. It takes equal heads only: with grouped-query heads the keys and
+  values are repeated to ``H`` heads first (one copy, as torch's SDPA does for this kernel);
 * and torch must agree that the kernel runs on this device with these settings
   (``torch.backends.cuda.can_use_flash_attention`` / ``can_use_efficient_attention`` on a
   dense probe: GPU architecture, the ``torch.backends.cuda.enable_*_sdp`` switches). Under
@@ -96,6 +102,8 @@ class Call:
     bias: bool = False
     transformed: bool = False
     compiling: bool = False
+    window: bool = False
+    variants: str = ""
 
 
 class Choice(NamedTuple):
@@ -121,6 +129,8 @@ def choose(call: Call, flash_ok: bool, efficient_ok: bool) -> Choice:
         return Choice(None, f"device {call.device!r}: the fused kernels are CUDA kernels")
     if call.bias:
         return Choice(None, "a pair bias: the variable-length kernels take no per-segment bias")
+    if call.variants:
+        return Choice(None, f"{call.variants}: the variable-length kernels do not take it")
     if call.transformed:
         return Choice(None, "a torch.func transform or forward AD: the kernels have no rule")
     for side, known in (("query", call.max_q), ("key", call.max_k)):
@@ -140,6 +150,8 @@ def choose(call: Call, flash_ok: bool, efficient_ok: bool) -> Choice:
         and flash_ok
     ):
         return Choice(FLASH, f"{dtype}, {sizes}")
+    if call.window:
+        return Choice(None, f"{dtype}, {sizes}, a window: only the flash kernel takes one")
     align = 4 if call.dtype == torch.float32 else 8
     if call.dtype not in _EFFICIENT_DTYPES:
         return Choice(None, f"{dtype}: the fused kernels take float16, bfloat16 and float32")
@@ -213,6 +225,8 @@ def select(
     bias: bool,
     causal: bool,
     dropout_p: float,
+    window: bool = False,
+    variants: str = "",
 ) -> str | None:
     """The fused kernel for this call, or ``None`` (see ``choose``). Reads no tensor data;
     on a CPU tensor it returns after one comparison."""
@@ -231,6 +245,8 @@ def select(
         # Dynamo traces transforms itself; in eager mode a wrapped tensor means a transform.
         not compiling and _transformed(q, k, v),
         compiling,
+        window,
+        variants,
     )
     if call.device == "cuda":
         grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
@@ -254,11 +270,13 @@ def attention(
     scale: float,
     causal: bool,
     dropout_p: float,
+    window: tuple[int | None, int | None] | None = None,
 ) -> Tensor:
     """``[Tq, H, Dv]``: every query row attends over the keys of its segment, on ``kernel``.
 
-    ``q``: ``[Tq, H, D]``, ``k``: ``[Tk, H, D]``, ``v``: ``[Tk, H, Dv]`` in the row order of
-    ``q_level`` and ``k_level``, whose ``max_length`` must be known (``select`` checks).
+    ``q``: ``[Tq, H, D]``, ``k``: ``[Tk, H_kv, D]``, ``v``: ``[Tk, H_kv, Dv]`` in the row
+    order of ``q_level`` and ``k_level``, whose ``max_length`` must be known (``select``
+    checks). ``window``: ``(left, right)`` for flash (``None`` sides unbounded).
     """
     max_q, max_k = q_level.max_length, k_level.max_length
     if max_q is None or max_k is None:
@@ -268,10 +286,18 @@ def attention(
     cu_q = q_level.offsets.to(torch.int32)
     cu_k = cu_q if k_level is q_level else k_level.offsets.to(torch.int32)
     if kernel == FLASH:
+        sizes = {}
+        if window is not None:  # -1: unbounded; a causal window ends at the query
+            left, right = window
+            sizes["window_size_left"] = -1 if left is None else left
+            sizes["window_size_right"] = 0 if causal else (-1 if right is None else right)
         out = _flash_forward(
-            q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, causal, False, scale=scale
+            q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, causal, False, scale=scale, **sizes
         )[0]
     elif kernel == EFFICIENT:
+        if k.shape[1] != q.shape[1]:  # grouped-query heads: this kernel takes equal heads
+            groups = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
         # The log-sum-exp is only computed when a backward pass will need it.
         lse = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
         out = _efficient_forward(

@@ -13,6 +13,7 @@ RaggedShape(3, [2, 0, 3], 8)
 """
 
 from ._attention import RaggedMultiheadAttention as RaggedMultiheadAttention
+from ._attention import alibi_slopes as alibi_slopes
 from ._norm import RaggedLayerNorm as RaggedLayerNorm
 from ._transformer import RaggedTransformerEncoder as RaggedTransformerEncoder
 from ._transformer import RaggedTransformerEncoderLayer as RaggedTransformerEncoderLayer
@@ -22,4 +23,5 @@ __all__ = [
     "RaggedMultiheadAttention",
     "RaggedTransformerEncoder",
     "RaggedTransformerEncoderLayer",
+    "alibi_slopes",
 ]

@@ -41,6 +41,9 @@ class RaggedTransformerEncoderLayer(torch.nn.Module):
         layer_norm_eps: epsilon of the layer norms.
         norm_first: pre-norm (``x + sa(norm1(x))``) instead of post-norm.
         bias: biases in the linear layers and layer norms.
+        num_kv_heads, causal, window, alibi: the attention's variants (grouped-query heads,
+            causal attention by default, a sliding window, ALiBi biases); see
+            [`RaggedMultiheadAttention`][ragged.nn.RaggedMultiheadAttention].
 
     >>> import ragged, torch
     >>> torch.manual_seed(0) and None
@@ -65,11 +68,24 @@ class RaggedTransformerEncoderLayer(torch.nn.Module):
         bias: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        *,
+        num_kv_heads: int | None = None,
+        causal: bool = False,
+        window: tuple[int | None, int | None] | None = None,
+        alibi: bool | Tensor = False,
     ) -> None:
         super().__init__()
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
         self.self_attn = RaggedMultiheadAttention(
-            d_model, nhead, bias=bias, dropout=dropout, **factory
+            d_model,
+            nhead,
+            num_kv_heads=num_kv_heads,
+            causal=causal,
+            window=window,
+            alibi=alibi,
+            bias=bias,
+            dropout=dropout,
+            **factory,
         )
         self.linear1 = torch.nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
         self.dropout = torch.nn.Dropout(dropout)
@@ -91,21 +107,29 @@ class RaggedTransformerEncoderLayer(torch.nn.Module):
         self.activation = activation
 
     def forward(
-        self, src: RaggedArray, pair_bias: RaggedArray | None = None, *, causal: bool = False
+        self,
+        src: RaggedArray,
+        pair_bias: RaggedArray | None = None,
+        *,
+        causal: bool | None = None,
+        document_ids: RaggedArray | None = None,
+        prefix: int | Tensor | None = None,
     ) -> RaggedArray:
         """Encode ``src`` ``(B, L*, d_model)``; ``pair_bias`` ``(B, L*, L*, nhead)`` is added to
-        the attention scores (see [`ragged.attention`][ragged.attention])."""
+        the attention scores (see [`ragged.attention`][ragged.attention]); ``causal``
+        (default: the layer's), ``document_ids`` and ``prefix`` go to the attention."""
         x = src
+        masks = {"causal": causal, "document_ids": document_ids, "prefix": prefix}
         if self.norm_first:
-            x = x + self._attention_block(self.norm1(x), pair_bias, causal)
+            x = x + self._attention_block(self.norm1(x), pair_bias, masks)
             return x + self._feed_forward_block(self.norm2(x))
-        x = self.norm1(x + self._attention_block(x, pair_bias, causal))
+        x = self.norm1(x + self._attention_block(x, pair_bias, masks))
         return self.norm2(x + self._feed_forward_block(x))
 
     def _attention_block(
-        self, x: RaggedArray, pair_bias: RaggedArray | None, causal: bool
+        self, x: RaggedArray, pair_bias: RaggedArray | None, masks: dict[str, Any]
     ) -> RaggedArray:
-        return ragged_map(self.dropout1, self.self_attn(x, pair_bias, causal=causal))
+        return ragged_map(self.dropout1, self.self_attn(x, pair_bias, **masks))
 
     def _feed_forward_block(self, x: RaggedArray) -> RaggedArray:
         return ragged_map(self._feed_forward, x)
@@ -154,12 +178,19 @@ class RaggedTransformerEncoder(torch.nn.Module):
         self.norm = norm
 
     def forward(
-        self, src: RaggedArray, pair_bias: RaggedArray | None = None, *, causal: bool = False
+        self,
+        src: RaggedArray,
+        pair_bias: RaggedArray | None = None,
+        *,
+        causal: bool | None = None,
+        document_ids: RaggedArray | None = None,
+        prefix: int | Tensor | None = None,
     ) -> RaggedArray:
-        """Run every layer in turn; ``pair_bias`` and ``causal`` go to each."""
+        """Run every layer in turn; ``pair_bias``, ``causal`` (default: each layer's),
+        ``document_ids`` and ``prefix`` go to each."""
         x = src
         for layer in self.layers:
-            x = layer(x, pair_bias, causal=causal)
+            x = layer(x, pair_bias, causal=causal, document_ids=document_ids, prefix=prefix)
         if self.norm is not None:
             x = self.norm(x)
         return x

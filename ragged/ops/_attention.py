@@ -16,20 +16,29 @@ Three implementations with one semantics (the reference is
   one call of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host
   once per partition object (cached, weakly). Under ``torch.compile`` on CPU the same kernel runs
   as an opaque custom op (``_attention_op.py``): one graph across batches with static shapes; it
-  reads the lengths from memory when it runs.
+  reads the lengths from memory when it runs. Narrow windows run band by band
+  (``_attention_blocks.py``).
 * otherwise (``ragged/kernels/_attention_tiles.py``): block tiles of each segment, batched
   matmuls and segment softmax, with static sizes only: on other devices (eager or compiled),
-  with ``TILES_UNDER_COMPILE``, or with dropout on CPU. No host read when the partitions
+  with ``TILES_UNDER_COMPILE``, or with dropout or a ``score_mod`` on CPU (and a ``mask_mod``
+  under ``torch.compile``). No host read when the partitions
   bound the tiles statically (always but for cross-attention without a bias whose maximum
   lengths are unknown): one graph across batches under ``torch.compile(dynamic=True)``.
 
 Memory is at most ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist), never ``O(B * Lmax^2)``.
-Semantics decisions are in ``docs/semantics.md`` (section "Attention semantics").
+
+The variants (grouped-query heads, windows, ALiBi, relative positions, document and prefix
+masks, ``score_mod``, ``mask_mod``) are checked in ``_attention_variants.py`` and evaluated by
+every path on its own blocks of scores (``ragged/kernels/_attention_mods.py``); ``_attend``
+takes one ragged level of queries and one of keys, so a dispatch for inner ragged axes can call
+it on the innermost level. Semantics decisions are in ``docs/semantics.md`` (section "Attention
+semantics").
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -52,6 +61,7 @@ from ..kernels._attention_tiles import (
     tile_bound,
     tiled_attention,
 )
+from . import _attention_variants as variants
 from ._attention_levels import attention_levels
 from ._levels import is_multi_level
 
@@ -72,7 +82,11 @@ BIAS_PARTITION = (
 @op(
     "attention",
     rule=KEEP,
-    args="q: ragged, k: ragged, v: ragged, causal: bool?, scale: number?, bias: ragged?, dropout_p: number?",
+    args=(
+        "q: ragged, k: ragged, v: ragged, causal: bool?, scale: number?, bias: ragged?, "
+        "dropout_p: number?, window: any?, alibi: tensor?, relative_bias: any?, "
+        "document_ids: ragged?, prefix: any?, score_mod: callable?, mask_mod: callable?"
+    ),
 )
 def attention(
     q: RaggedArray,
@@ -83,27 +97,45 @@ def attention(
     scale: float | None = None,
     bias: RaggedArray | None = None,
     dropout_p: float | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    alibi: Tensor | None = None,
+    relative_bias: Tensor | Callable[[Tensor], Tensor] | None = None,
+    document_ids: RaggedArray | None = None,
+    prefix: int | Tensor | None = None,
+    score_mod: Callable[..., Tensor] | None = None,
+    mask_mod: Callable[..., Tensor] | None = None,
 ) -> RaggedArray:
-    """Scaled dot-product attention within each segment.
+    """Scaled dot-product attention within each segment, with the usual variants.
 
     For every segment ``b`` this is ``F.scaled_dot_product_attention`` on the segment's rows
     transposed to ``(H, L, Dh)``: query row ``i`` of segment ``b`` attends over the keys of
     segment ``b`` only:
 
     ```text
-    out[b] = softmax(q[b] @ k[b]^T * scale + bias[b]) @ v[b]     # per head
+    out[b] = softmax(q[b] @ k[b]^T * scale + bias[b] + mask[b]) @ v[b]     # per head
     ```
+
+    where ``mask`` (``-inf`` for hidden pairs) and the extra biases come from the variants below,
+    each a function of the positions ``i`` (query) and ``j`` (key) within the segment. None of
+    them materialises the ``sum_b Lq_b * Lk_b`` pairs: each kernel evaluates them on its own
+    block of scores.
 
     With more ragged axes (``(B, S*, T*, H, Dh)``: documents -> sentences -> tokens) attention
     runs within every row of the innermost ragged axis (every sentence), on the same kernels:
-    ``k`` and ``v`` share the levels of ``q`` above the innermost, and a ``bias`` has one more
-    ragged axis than ``q`` (``(B, S*, Tq*, Tk*, H)``, as ``ragged.outer`` of two such arrays).
+    ``k`` and ``v`` share the levels of ``q`` above the innermost, a ``bias`` has one more
+    ragged axis than ``q`` (``(B, S*, Tq*, Tk*, H)``, as ``ragged.outer`` of two such arrays)
+    and ``document_ids`` has the partition of ``q``. Every variant applies within each sentence
+    as it would to a segment: a tensor ``prefix`` has one entry per sentence, and the ``b`` of
+    ``score_mod``/``mask_mod`` numbers the sentences of the whole batch.
 
     Args:
         q: queries ``(B, Lq*, H, Dh)``.
-        k: keys ``(B, Lk*, H, Dh)``. With the partition of ``q`` this is self-attention;
-            with another partition (same ``B``) it is cross-attention.
-        v: values ``(B, Lk*, H, Dv)``, with the partition of ``k``.
+        k: keys ``(B, Lk*, H_kv, Dh)``. With the partition of ``q`` this is self-attention;
+            with another partition (same ``B``) it is cross-attention. ``H_kv`` must divide
+            ``H``: with fewer key/value heads (grouped-query or, with one, multi-query
+            attention) query head ``h`` uses key/value head ``h // (H / H_kv)``, as torch's
+            ``enable_gqa``; keys and values are not repeated.
+        v: values ``(B, Lk*, H_kv, Dv)``, with the partition of ``k``.
         causal: query ``i`` attends to keys ``j <= i`` only (self-attention only: ``q`` and
             ``k`` must have equal partitions).
         scale: the factor of the scores; default ``1 / sqrt(Dh)``.
@@ -114,11 +146,36 @@ def attention(
         dropout_p: dropout probability on the attention weights; ``None`` or 0 for none (use
             that in evaluation). A positive value runs the composite path (slower than the
             eager kernel).
+        window: ``(left, right)``: sliding-window (local) attention, key ``j`` visible from
+            query ``i`` when ``i - left <= j <= i + right`` (``None``: unbounded on that side;
+            ``(0, 0)``: each row sees itself). With ``causal`` only the left side matters.
+        alibi: ALiBi slopes ``[H]``: adds ``-alibi[h] * |i - j|`` (with ``causal``, the bias of
+            the ALiBi paper; without, its symmetric form, as flash-attention's
+            ``alibi_slopes``). Differentiable.
+        relative_bias: a relative-position bias by distance ``j - i``: a table ``[2R + 1, H]``
+            (adds ``table[clip(j - i, -R, R) + R, h]``, differentiable) or a callable mapping
+            int64 distances ``[n]`` to ``[n, H]`` (called once per call on every distance the
+            batch can see; e.g. T5's buckets over a learned table). Gradients flow into its
+            parameters.
+        document_ids: ``(B, L*)`` integers with the partition of ``q``: row ``i`` attends to
+            rows of the same id only (documents packed into one sequence; combine with
+            ``causal``).
+        prefix: prefix-LM lengths, an int or an integer tensor ``[B]``; needs ``causal=True``:
+            keys ``j < prefix[b]`` are visible from every query of segment ``b`` (the prefix
+            attends bidirectionally), the rest causally.
+        score_mod: ``score_mod(score, b, h, q_idx, kv_idx) -> score``, as torch's
+            ``flex_attention``: applied to the scaled scores (after the biases) before the
+            masks, with broadcastable tensors (``score`` ``[..., H, q, k]``; ``b``, ``h``,
+            ``q_idx``, ``kv_idx`` int64, broadcasting against it), so it must be elementwise.
+            Differentiable, with gradients into the tensors it closes over. Runs the
+            composite path.
+        mask_mod: ``mask_mod(b, h, q_idx, kv_idx) -> bool``: pairs where it is false are
+            hidden (called like ``score_mod``). Not differentiable; kept on the eager kernel.
 
     Returns:
         ``(B, Lq*, H, Dv)`` with the partition object and axis names of ``q``. An empty
-        segment gives an empty segment; a query row whose segment has no keys (``Lk_b = 0``)
-        gives 0.
+        segment gives an empty segment; a query row whose segment has no keys (``Lk_b = 0``),
+        or whose keys are all hidden, gives 0.
 
     Host reads: on CUDA none when the partitions' maximum lengths are known statically (they
     are whenever a partition came from host data): the fused variable-length kernels or the
@@ -129,11 +186,12 @@ def attention(
 
     On CUDA the fused kernels have no double backward: ``create_graph=True`` through them
     raises torch's error (``torch.func`` transforms and forward AD take the general path).
+    They take grouped-query heads and windows; the other variants take the general path.
 
     Raises:
         TypeError: an argument is not a RaggedArray, or dtypes differ or are not floating.
-        ValueError: shapes, batch sizes, heads or partitions do not match, or ``causal`` with
-            different partitions.
+        ValueError: shapes, batch sizes, heads or partitions do not match, or ``causal`` (or
+            a positional variant) with different partitions.
 
     >>> import ragged, torch
     >>> torch.manual_seed(0) and None
@@ -146,10 +204,34 @@ def attention(
     ...     segment, segment, segment, is_causal=True)
     >>> torch.allclose(out[2], ref.transpose(0, 1), atol=1e-6)
     True
+
+    Grouped-query attention over a sliding window of two keys back:
+
+    >>> kv = ragged.from_lengths(torch.randn(5, 1, 4), [2, 0, 3])  # one key/value head
+    >>> out = ragged.attention(x, kv, kv, causal=True, window=(1, 0))
+    >>> near = torch.ones(3, 3, dtype=torch.bool).tril() & ~torch.ones(3, 3, dtype=torch.bool).tril(-2)
+    >>> ref = torch.nn.functional.scaled_dot_product_attention(
+    ...     segment, kv[2].transpose(0, 1), kv[2].transpose(0, 1), attn_mask=near, enable_gqa=True)
+    >>> torch.allclose(out[2], ref.transpose(0, 1), atol=1e-6)
+    True
     """
     if is_multi_level(q, k, v):  # within every row of the innermost ragged axis
         return attention_levels(
-            attention, q, k, v, bias, causal=causal, scale=scale, dropout_p=dropout_p
+            attention,
+            q,
+            k,
+            v,
+            bias,
+            document_ids,
+            causal=causal,
+            scale=scale,
+            dropout_p=dropout_p,
+            window=window,
+            alibi=alibi,
+            relative_bias=relative_bias,
+            prefix=prefix,
+            score_mod=score_mod,
+            mask_mod=mask_mod,
         )
     _check_arrays(q, k, v)
     q_level, k_level = q.partition.levels[0], k.partition.levels[0]
@@ -163,6 +245,22 @@ def attention(
                 f"q {shape_text(q)} and k {shape_text(k)}",
             )
         same = True
+    positional = (window, alibi, relative_bias, document_ids, prefix)
+    if not same and any(x is not None for x in positional) and q.partition.equals(k.partition):
+        same = True
+    parsed = variants.parse(
+        attention,
+        q,
+        same,
+        causal,
+        window,
+        alibi,
+        relative_bias,
+        document_ids,
+        prefix,
+        score_mod,
+        mask_mod,
+    )
     if scale is None:
         # int(): the head width is a model constant; a symbolic scale would make Dynamo
         # restart its analysis to turn the float into a tensor.
@@ -178,54 +276,83 @@ def attention(
     bias_values = None if bias is None else _check_bias(bias, q, k)
     scale = float(scale)
     key_level = q_level if same else k_level
+    out = _attend(q, k, v, bias_values, q_level, key_level, same, scale, causal, dropout_p, parsed)
+    return RaggedArray(out, q.partition, q.axes)
+
+
+def _attend(
+    q: RaggedArray,
+    k: RaggedArray,
+    v: RaggedArray,
+    bias: Tensor | None,
+    q_level: RowPartition,
+    k_level: RowPartition,
+    same: bool,
+    scale: float,
+    causal: bool,
+    dropout_p: float,
+    parsed: variants.Parsed,
+) -> Tensor:
+    """The values ``[Tq, H, Dv]`` of the attention of ``q``'s segments (``q_level``) over
+    ``k``'s (``k_level``), with checked arguments: picks the kernel."""
+    variant = parsed.variant
+    window = (variant.left, variant.right) if variant.windowed else None
     kernel = varlen.select(
         q.values,
         k.values,
         v.values,
         q_level,
-        key_level,
-        bias=bias_values is not None,
+        k_level,
+        bias=bias is not None,
         causal=causal,
         dropout_p=dropout_p,
+        window=variant.windowed,
+        variants=parsed.unfused,
     )
     if kernel is not None:
-        out = varlen.attention(
-            kernel, q.values, k.values, v.values, q_level, key_level, scale, causal, dropout_p
+        return varlen.attention(
+            kernel,
+            q.values,
+            k.values,
+            v.values,
+            q_level,
+            k_level,
+            scale,
+            causal,
+            dropout_p,
+            window,
         )
-    elif torch.compiler.is_compiling():
-        if q.device.type == "cpu" and dropout_p == 0.0 and not TILES_UNDER_COMPILE:
+    args = (q.values, k.values, v.values, bias)
+    if torch.compiler.is_compiling():
+        longest = q_level.max_length if q_level.max_length is not None else q.values.shape[0]
+        variant, extras = variants.tabulate(attention, parsed, q, longest)
+        custom_op = variant.mask_mod is None and variant.score_mod is None
+        if q.device.type == "cpu" and dropout_p == 0.0 and custom_op and not TILES_UNDER_COMPILE:
             out, _ = bucketed_attention_op(
-                q.values,
-                k.values,
-                v.values,
-                bias_values,
+                *args,
+                *extras,
                 q_level.lengths,
                 k_level.lengths,
                 scale,
                 causal,
+                variant.left,
+                variant.right,
+                variant.radius,
             )
-        else:
-            geometry = _static_geometry(q, k, bias_values, same)
-            out = tiled_attention(
-                q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
-            )
-    elif q.device.type not in BUCKET_DEVICES and _bounded(q_level, k_level, bias_values, same):
-        geometry = _static_geometry(q, k, bias_values, same)
-        out = tiled_attention(
-            q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
-        )
-    else:
-        plan = planner.plan(q_level, k_level, q.values.shape[1] * q.values.shape[2])
-        if dropout_p > 0.0:
-            geometry = _host_geometry(q_level, k_level, plan)
-            out = tiled_attention(
-                q.values, k.values, v.values, bias_values, geometry, scale, causal, dropout_p
-            )
-        else:
-            out = buckets.bucketed_attention(
-                q.values, k.values, v.values, bias_values, plan, scale, causal
-            )
-    return RaggedArray(out, q.partition, q.axes)
+            return out
+        geometry = _static_geometry(q, k, bias, same)
+        return tiled_attention(*args, geometry, scale, causal, dropout_p, extras, variant)
+    if q.device.type not in BUCKET_DEVICES and _bounded(q_level, k_level, bias, same):
+        longest = q_level.max_length if q_level.max_length is not None else q.values.shape[0]
+        variant, extras = variants.tabulate(attention, parsed, q, longest)
+        geometry = _static_geometry(q, k, bias, same)
+        return tiled_attention(*args, geometry, scale, causal, dropout_p, extras, variant)
+    plan = planner.plan(q_level, k_level, q.values.shape[1] * q.values.shape[2])
+    variant, extras = variants.tabulate(attention, parsed, q, max(plan.host_q, default=0))
+    if dropout_p > 0.0 or variant.score_mod is not None:
+        geometry = _host_geometry(q_level, k_level, plan)
+        return tiled_attention(*args, geometry, scale, causal, dropout_p, extras, variant)
+    return buckets.bucketed_attention(*args, extras, plan, scale, variant)
 
 
 # --- checks -----------------------------------------------------------------------------------
@@ -258,16 +385,21 @@ def _check_arrays(q: Any, k: Any, v: Any) -> None:
             f"k {shape_text(k)} and v {shape_text(v)}",
         )
     heads, width = q.values.shape[1:]
-    if k.values.shape[1:] != (heads, width):
+    if k.values.shape[2] != width:
+        raise value_error(
+            attention, "k", f"must have the head width of `q` ({width})", k.values.shape[2]
+        )
+    kv_heads = k.values.shape[1]
+    if kv_heads == 0 or heads % kv_heads:
         raise value_error(
             attention,
             "k",
-            f"must have the heads and head width of `q` ({heads}, {width})",
-            tuple(k.values.shape[1:]),
+            f"must have a number of heads dividing the heads of `q` ({heads})",
+            kv_heads,
         )
-    if v.values.shape[1] != heads:
+    if v.values.shape[1] != kv_heads:
         raise value_error(
-            attention, "v", f"must have the heads of `q` ({heads})", v.values.shape[1]
+            attention, "v", f"must have the heads of `k` ({kv_heads})", v.values.shape[1]
         )
 
 

@@ -24,13 +24,16 @@ def attention_levels(
     k: Any,
     v: Any,
     bias: Any,
+    document_ids: Any,
     **kwargs: Any,
 ) -> RaggedArray:
     """``attention`` within every row of the innermost ragged axis (see the module)."""
     arrays = [("q", q, 1), ("k", k, 1), ("v", v, 1)]
-    if bias is None:
-        return on_rows(attention, arrays, lambda *views: attention(*views, **kwargs))
-    arrays.append(("bias", bias, 2))
-    return on_rows(
-        attention, arrays, lambda qv, kv, vv, bv: attention(qv, kv, vv, bias=bv, **kwargs)
-    )
+    extra = [("bias", bias, 2), ("document_ids", document_ids, 1)]
+    present = [(name, x, depth) for name, x, depth in extra if x is not None]
+
+    def call(qv: RaggedArray, kv: RaggedArray, vv: RaggedArray, *rest: RaggedArray) -> Any:
+        named = {name: view for (name, _, _), view in zip(present, rest, strict=True)}
+        return attention(qv, kv, vv, **named, **kwargs)
+
+    return on_rows(attention, arrays + present, call)

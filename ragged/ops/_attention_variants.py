@@ -1,0 +1,212 @@
+"""The variants of ``ragged.attention``: checks of the arguments and what the kernels get.
+
+``parse`` turns the user's arguments (``window``, ``alibi``, ``relative_bias``,
+``document_ids``, ``prefix``, ``score_mod``, ``mask_mod``) into the kernels' static
+``Variant`` and their tensors (``Extras``); ``tabulate`` evaluates a callable relative bias on
+every distance a call can see, once the longest segment (or a static bound on it) is known.
+The semantics are in ``ragged/kernels/_attention_mods.py`` and ``docs/semantics.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .._array import RaggedArray
+from .._errors import Func, type_error, typename, value_error
+from .._format import shape_text
+from ..kernels._attention_mods import Extras, Variant
+
+SELF_ONLY = (
+    "needs self-attention: q and k with equal partitions (positions i and j of one sequence)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    """The checked variants of one call.
+
+    Attributes:
+        variant: the static facts for the kernels.
+        extras: the tensors (a callable relative bias is not tabulated yet: ``relative``).
+        relative: a callable relative bias, or ``None``.
+        unfused: the variants the fused CUDA kernels do not take, in words (``""``: none).
+    """
+
+    variant: Variant
+    extras: Extras
+    relative: Callable[[Tensor], Tensor] | None
+    unfused: str
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _window(func: Func, window: Any) -> tuple[int | None, int | None]:
+    expected = "must be a pair (left, right) of non-negative ints or None"
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise type_error(func, "window", expected, typename(window))
+    for side in window:
+        if side is not None and not _is_int(side):
+            raise type_error(func, "window", expected, tuple(window))
+        if side is not None and side < 0:
+            raise value_error(func, "window", expected, tuple(window))
+    return window[0], window[1]
+
+
+def _head_tensor(func: Func, name: str, x: Any, q: RaggedArray, rows: bool) -> Tensor:
+    """A floating tensor ``[H]`` (``rows=False``) or ``[R, H]``, cast to ``q``'s dtype."""
+    heads = q.values.shape[1]
+    shape = f"[2R + 1, H] with H = {heads}" if rows else f"[H] with H = {heads}"
+    if not isinstance(x, Tensor):
+        kind = "a tensor " + shape + (" or a callable" if rows else "")
+        raise type_error(func, name, f"must be {kind}", typename(x))
+    if not x.dtype.is_floating_point:
+        raise type_error(func, name, "must have a floating-point dtype", x.dtype)
+    if x.device != q.device:
+        raise value_error(func, name, f"must be on the device of `q` ({q.device})", x.device)
+    if rows:
+        good = x.dim() == 2 and x.shape[1] == heads and x.shape[0] % 2 == 1
+    else:
+        good = x.dim() == 1 and x.shape[0] == heads
+    if not good:
+        raise value_error(func, name, f"must have shape {shape}", tuple(x.shape))
+    return x.to(q.dtype)
+
+
+def _documents(func: Func, ids: Any, q: RaggedArray) -> Tensor:
+    if not isinstance(ids, RaggedArray):
+        raise type_error(func, "document_ids", "must be a RaggedArray (B, L*)", typename(ids))
+    if ids.values.dim() != 1 or ids.ragged_ndim != 1:
+        raise value_error(func, "document_ids", "must have shape (B, L*)", shape_text(ids))
+    if ids.dtype.is_floating_point or ids.dtype.is_complex:
+        raise type_error(func, "document_ids", "must have an integer dtype", ids.dtype)
+    if ids.partition is not q.partition and not ids.partition.equals(q.partition):
+        raise value_error(
+            func,
+            "document_ids",
+            "must have the partition of `q` (one id per query row)",
+            f"q {shape_text(q)} and document_ids {shape_text(ids)}",
+        )
+    return ids.values.to(torch.int64)
+
+
+def _prefix(func: Func, prefix: Any, q: RaggedArray) -> Tensor:
+    expected = "must be a non-negative int or an integer tensor [B]"
+    if _is_int(prefix):
+        if prefix < 0:
+            raise value_error(func, "prefix", expected, prefix)
+        return torch.full((q.num_segments,), prefix, dtype=torch.int64, device=q.device)
+    if not isinstance(prefix, Tensor) or prefix.dtype.is_floating_point or prefix.dtype.is_complex:
+        got = typename(prefix) if not isinstance(prefix, Tensor) else prefix.dtype
+        raise type_error(func, "prefix", expected, got)
+    if prefix.dim() != 1 or prefix.shape[0] != q.num_segments:
+        raise value_error(
+            func, "prefix", f"must have one entry per segment ({q.num_segments})", prefix.shape
+        )
+    return prefix.to(device=q.device, dtype=torch.int64)
+
+
+def parse(
+    func: Func,
+    q: RaggedArray,
+    same: bool,
+    causal: bool,
+    window: Any,
+    alibi: Any,
+    relative_bias: Any,
+    document_ids: Any,
+    prefix: Any,
+    score_mod: Any,
+    mask_mod: Any,
+) -> Parsed:
+    """Check the variants of a call (``same``: self-attention) and build what kernels take."""
+    positional = {
+        "window": window,
+        "alibi": alibi,
+        "relative_bias": relative_bias,
+        "document_ids": document_ids,
+        "prefix": prefix,
+    }
+    for name, value in positional.items():
+        if value is not None and not same:
+            raise value_error(func, name, SELF_ONLY, "two partitions")
+    left = right = None
+    if window is not None:
+        left, right = _window(func, window)
+    slopes = None if alibi is None else _head_tensor(func, "alibi", alibi, q, rows=False)
+    table = relative = None
+    radius = 0
+    if callable(relative_bias) and not isinstance(relative_bias, Tensor):
+        relative = relative_bias
+    elif relative_bias is not None:
+        table = _head_tensor(func, "relative_bias", relative_bias, q, rows=True)
+        radius = (table.shape[0] - 1) // 2
+    documents = None if document_ids is None else _documents(func, document_ids, q)
+    prefix_t = None
+    if prefix is not None:
+        if not causal:
+            raise value_error(
+                func,
+                "prefix",
+                "needs causal=True (prefix-LM: bidirectional in the prefix, causal after)",
+                "causal=False",
+            )
+        prefix_t = _prefix(func, prefix, q)
+    for name, fn in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+        if fn is not None and not callable(fn):
+            raise type_error(func, name, "must be a callable or None", typename(fn))
+    unfused = [
+        name
+        for name, value in (
+            ("ALiBi slopes", alibi),
+            ("a relative-position bias", relative_bias),
+            ("document ids", document_ids),
+            ("a prefix", prefix),
+            ("a score_mod", score_mod),
+            ("a mask_mod", mask_mod),
+        )
+        if value is not None
+    ]
+    variant = Variant(
+        causal=causal,
+        left=left,
+        right=right,
+        radius=radius,
+        heads=int(q.values.shape[1]),
+        mask_mod=mask_mod,
+        score_mod=score_mod,
+    )
+    extras = Extras(table, slopes, documents, prefix_t)
+    return Parsed(variant, extras, relative, ", ".join(unfused))
+
+
+def tabulate(func: Func, parsed: Parsed, q: RaggedArray, longest: Any) -> tuple[Variant, Extras]:
+    """The variant and tensors with a callable relative bias evaluated on every distance
+    ``-(longest - 1) .. longest - 1`` (``longest``: the longest segment, or a bound on it)."""
+    if parsed.relative is None:
+        return parsed.variant, parsed.extras
+    radius = torch.sym_max(longest - 1, 0)
+    distances = torch.arange(-radius, radius + 1, device=q.device)
+    table = parsed.relative(distances)
+    heads = q.values.shape[1]
+    if (
+        not isinstance(table, Tensor)
+        or table.dim() != 2
+        or table.shape[1] != heads
+        or not table.dtype.is_floating_point
+    ):
+        got = tuple(table.shape) if isinstance(table, Tensor) else typename(table)
+        raise value_error(
+            func,
+            "relative_bias",
+            f"must return a floating tensor [len(distances), H] with H = {heads}",
+            got,
+        )
+    variant = dataclasses.replace(parsed.variant, radius=radius)
+    return variant, parsed.extras._replace(table=table.to(q.dtype))
