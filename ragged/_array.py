@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -15,12 +16,23 @@ from ._partition import Partition
 from ._registry import public
 from ._shape import RaggedShape
 
+if TYPE_CHECKING:
+    from ._tensor_methods import TensorMethods  # x.sum(dim, keepdim), x.exp(), ...: typing only
+else:
+    TensorMethods = object
+
 __all__ = ["RaggedArray"]
+
+# The dispatch table of ``RaggedArray.__torch_function__``: torch function -> its handler, which
+# takes torch's arguments. ``ragged.ops._torch.install`` fills it from the registry once the ops
+# have loaded (the class never imports its ops); the entry under ``None`` raises the error for a
+# function without a handler.
+TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {}
 
 
 @public("arrays")
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class RaggedArray:
+class RaggedArray(TensorMethods):
     """An immutable array of logical shape ``(B, L*, *inner)`` whose axis 1 is ragged.
 
     Segment ``b`` is the dense tensor ``values[offsets[b]:offsets[b + 1]]`` of shape
@@ -262,6 +274,25 @@ class RaggedArray:
     def __iter__(self) -> Any:
         return iter(self.unbind())
 
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """torch functions take RaggedArrays: ``torch.sum(x, dim=1)``, ``F.gelu(x)``,
+        ``nn.Linear(8, 4)(x)``; one dict lookup, then the handler generated from the op registry
+        (see ``docs/torch.md``, "torch functions on RaggedArrays").
+        """
+        handler = TORCH_FUNCTIONS.get(func)
+        if handler is None:
+            return TORCH_FUNCTIONS[None](func, args, kwargs)
+        if kwargs:
+            return handler(*args, **kwargs)
+        return handler(*args)
+
     def __repr__(self) -> str:
         return _format.format_array(self)
 
@@ -306,5 +337,13 @@ class RaggedArray:
         def __rmatmul__(self, other: Any) -> RaggedArray: ...
         @property
         def mT(self) -> Any: ...
+        @property
+        def is_nested(self) -> bool: ...
 
     __hash__ = object.__hash__  # `==` is elementwise; identity hashing, as for torch.Tensor
+
+
+# A RaggedArray is a sequence of its segments (``len``, iteration, ``x[b]``): so
+# ``torch.testing.assert_close`` compares two of them segment by segment, and a mismatch names
+# the segment ("item [b]") and the row within it.
+Sequence.register(RaggedArray)

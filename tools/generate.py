@@ -7,7 +7,10 @@ Usage: ``python tools/generate.py`` from the repository root. It writes
   (``tests/optable/``);
 * ``docs/reference/*.md``: one reference page per family and section, one ``:::`` block per
   declared name;
-* the ``Reference`` part of the ``nav`` in ``mkdocs.yml``.
+* the ``Reference`` part of the ``nav`` in ``mkdocs.yml``;
+* ``ragged/_tensor_methods.pyi``: the type stubs of RaggedArray's Tensor-style methods (from the
+  ops' ``methods=`` with torch's spelling of their arguments, and from ``torch_function``);
+* ``docs/torch.md``: the table of torch functions on RaggedArrays.
 
 ``tests/test_registry.py`` fails when any of them is out of date.
 """
@@ -15,7 +18,10 @@ Usage: ``python tools/generate.py`` from the repository root. It writes
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -213,12 +219,153 @@ def render_api() -> str:
     return "\n".join(parts)
 
 
+# --- the type stubs of the Tensor-style methods -------------------------------------------------
+
+# Annotations of the ops that _tensor_methods.py spells out.
+ALIASES = {"Axis": "int | str | Sequence[int | str] | None"}
+REDUCTION_OVERLOADS = [
+    ("dim: None = None", "Tensor"),
+    ("dim: Literal[1]", "Tensor"),
+    ("dim: int | str | Sequence[int | str]", "Tensor | RaggedArray"),
+]
+
+
+def _annotation(text: object) -> str:
+    """An annotation as written in ``_tensor_methods.py``, whose methods ``int``, ``float`` and
+    ``bool`` shadow the builtins inside the class."""
+    if text is inspect.Parameter.empty:
+        return "Any"
+    text = ALIASES.get(str(text), str(text))
+    return re.sub(r"\b(int|float|bool)\b", r"builtins.\1", text)
+
+
+def _op_stub(name: str, spec: _registry.OpSpec) -> list[str]:
+    """``def name(self, ...)`` in torch's spelling of ``spec``'s arguments."""
+    signature = inspect.signature(spec.obj)
+    args = spec.torch_signature(None)
+    parts: list[str] = []
+    keyword_only = False
+    for param in args.params[1:]:
+        if param.target == _registry.IGNORED:
+            continue
+        if param.variadic:
+            parts.append(f"*{param.name}: Any")
+            keyword_only = True
+            continue
+        if not param.positional and not keyword_only:
+            parts.append("*")
+            keyword_only = True
+        if param.target == _registry.CAST:
+            annotation = "torch.dtype | None"
+        elif param.target is None:
+            annotation = "Any"
+        else:
+            annotation = _annotation(signature.parameters[param.target].annotation)
+        default = "" if param.default is _registry.REQUIRED else f" = {param.default!r}"
+        parts.append(f"{param.name}: {annotation}{default}")
+    returns = _annotation(signature.return_annotation)
+    if spec.rule.kind == "remove" and parts and parts[0].startswith("dim:"):
+        lines = []
+        rest = [p for p in parts[1:]]
+        for dim, result in REDUCTION_OVERLOADS:
+            if "= None" in dim and "= None" not in parts[0]:
+                continue
+            typed = re.sub(r"\b(int|float|bool)\b", r"builtins.\1", dim)
+            lines += ["@overload", _def(name, [typed, *rest], result)]
+        return lines
+    return [_def(name, parts, returns)]
+
+
+def _def(name: str, parts: list[str], returns: str) -> str:
+    return f"def {name}(self{''.join(', ' + p for p in parts)}) -> {returns}: ..."
+
+
+def _handler_stub(name: str, handler: object) -> list[str]:
+    signature = inspect.signature(handler)  # type: ignore[arg-type]
+    parts: list[str] = []
+    keyword_only = False
+    for param in list(signature.parameters.values())[1:]:
+        annotation = _annotation(param.annotation)
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            parts.append(f"*{param.name}: {annotation}")
+            keyword_only = True
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            parts.append(f"**{param.name}: {annotation}")
+        else:
+            if param.kind is inspect.Parameter.KEYWORD_ONLY and not keyword_only:
+                parts.append("*")
+                keyword_only = True
+            default = "" if param.default is inspect.Parameter.empty else f" = {param.default!r}"
+            parts.append(f"{param.name}: {annotation}{default}")
+    return [_def(name, parts, _annotation(signature.return_annotation))]
+
+
+def method_stubs() -> dict[str, list[str]]:
+    """Method name -> its stub lines, for every generated Tensor-style method."""
+    declared()
+    stubs: dict[str, list[str]] = {}
+    for spec in _registry.ops():
+        for name in spec.methods:
+            stubs[name] = _op_stub(name, spec)
+    for entry in _registry.torch_functions():
+        for name in entry.methods:
+            stubs[name] = _handler_stub(name, entry.handler)
+    return dict(sorted(stubs.items()))
+
+
+def render_tensor_methods() -> str:
+    lines = [
+        '"""Type stubs of RaggedArray\'s Tensor-style methods (``x.sum(dim, keepdim)``, ``x.exp()``).',
+        "",
+        "Generated from the registry by ``python tools/generate.py``; do not edit. The methods are",
+        "installed by ``ragged.ops._methods`` (with torch's spelling of each op's arguments); this",
+        "class only tells type checkers about them (``RaggedArray`` derives from it under",
+        "``TYPE_CHECKING``).",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "import builtins",
+        "from collections.abc import Sequence",
+        "from typing import TYPE_CHECKING, Any, Literal, overload",
+        "",
+        "import torch",
+        "from torch import Tensor",
+        "",
+        "if TYPE_CHECKING:",
+        "    from ._array import RaggedArray",
+        "    from ._shape import RaggedShape",
+        "",
+        "",
+        "class TensorMethods:",
+        '    """The Tensor-style methods of RaggedArray (see docs/torch.md)."""',
+        "",
+    ]
+    for stub in method_stubs().values():
+        lines += ["    " + line for line in stub]
+    return _formatted("\n".join(lines) + "\n", "ragged/_tensor_methods.pyi")
+
+
+def _formatted(text: str, path: str) -> str:
+    """``text`` as ``ruff format`` writes it (the checks run ``ruff format --check``)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--stdin-filename", path, "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return out.stdout
+
+
 def outputs() -> dict[Path, str]:
     """Every generated file and its content."""
     files = {
         ROOT / "ragged" / "ops" / "__init__.py": render_ops_init(),
         ROOT / "docs" / "api.md": render_api(),
         ROOT / "mkdocs.yml": render_mkdocs((ROOT / "mkdocs.yml").read_text()),
+        ROOT / "ragged" / "_tensor_methods.pyi": render_tensor_methods(),
     }
     files.update({ROOT / path: text for path, text in render_reference().items()})
     return files

@@ -172,8 +172,9 @@ def _scan_level(
     "scans",
     rule=KEEP,
     args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
-    torch=(torch.cumsum, torch.Tensor.cumsum),
+    torch=(torch.cumsum,),
     methods=("cumsum",),
+    torch_args="input, dim, *, dtype=None",
 )
 def cumsum(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
@@ -206,8 +207,9 @@ def cumsum(
     "scans",
     rule=KEEP,
     args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
-    torch=(torch.cumprod, torch.Tensor.cumprod),
+    torch=(torch.cumprod,),
     methods=("cumprod",),
+    torch_args="input, dim, *, dtype=None",
 )
 def cumprod(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False
@@ -263,8 +265,9 @@ def cummin(
     "scans",
     rule=KEEP,
     args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
-    torch=(torch.logcumsumexp, torch.Tensor.logcumsumexp),
+    torch=(torch.logcumsumexp,),
     methods=("logcumsumexp",),
+    torch_args="input, dim, *, dtype=None",
 )
 def logcumsumexp(
     x: RaggedArray, axis: int | str = 1, *, reverse: bool = False, exclusive: bool = False

@@ -22,7 +22,14 @@ from .._grouping import group
 from ._reduce import _ARGS, Axis, _ragged_result, reduce
 
 
-@op("reductions", rule=REDUCE, args=_ARGS)
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.any,),
+    methods=("any",),
+    torch_args="input, dim=None, keepdim=False",
+)
 def any(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -44,7 +51,14 @@ def any(
     )
 
 
-@op("reductions", rule=REDUCE, args=_ARGS)
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.all,),
+    methods=("all",),
+    torch_args="input, dim=None, keepdim=False",
+)
 def all(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -78,7 +92,14 @@ def _dense_bool(op: Callable[..., Tensor], v: Tensor, dims: tuple[int, ...], kee
     return out
 
 
-@op("reductions", rule=REDUCE, args=_ARGS)
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.count_nonzero,),
+    methods=("count_nonzero",),
+    torch_args="input, dim=None",
+)
 def count_nonzero(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -157,7 +178,14 @@ def _arg(
     return _ragged_result(first, x, grouping.partition, [dim], (), keepdims)
 
 
-@op("reductions", rule=REDUCE, args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?")
+@op(
+    "reductions",
+    rule=REDUCE,
+    args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?",
+    torch=(torch.argmax,),
+    methods=("argmax",),
+    torch_args="input, dim=None, keepdim=False",
+)
 def argmax(
     x: RaggedArray, axis: int | str | None = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -172,7 +200,14 @@ def argmax(
     return _arg(argmax, x, axis, keepdims, fill_value, largest=True)
 
 
-@op("reductions", rule=REDUCE, args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?")
+@op(
+    "reductions",
+    rule=REDUCE,
+    args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?",
+    torch=(torch.argmin,),
+    methods=("argmin",),
+    torch_args="input, dim=None, keepdim=False",
+)
 def argmin(
     x: RaggedArray, axis: int | str | None = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:

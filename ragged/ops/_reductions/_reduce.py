@@ -36,6 +36,8 @@ Axis = int | str | Sequence[int | str] | None
 SegmentFn = Callable[[Tensor, Segments], Tensor]
 DenseFn = Callable[[Tensor, tuple[int, ...], bool], Tensor]
 _ARGS = "x: ragged, axis: axes?, keepdims: bool?, fill_value: number?"
+# torch's spelling (``torch.sum(input, dim=None, keepdim=False, *, dtype=None)``).
+TORCH_ARGS = "input, dim=None, keepdim=False, *, dtype=None"
 
 
 def _normalize_axes(func: Func, x: RaggedArray, axis: Axis) -> tuple[int, ...]:
@@ -187,7 +189,14 @@ def _promoted(values: Tensor) -> Tensor:
     return values
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.sum, torch.Tensor.sum), methods=("sum",))
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.sum,),
+    methods=("sum",),
+    torch_args=TORCH_ARGS,
+)
 def sum(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -229,7 +238,14 @@ def sum(
     )
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.mean, torch.Tensor.mean), methods=("mean",))
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.mean,),
+    methods=("mean",),
+    torch_args=TORCH_ARGS,
+)
 def mean(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -258,7 +274,14 @@ def mean(
     )
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.prod, torch.Tensor.prod), methods=("prod",))
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.prod,),
+    methods=("prod",),
+    torch_args=TORCH_ARGS,
+)
 def prod(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -310,7 +333,14 @@ def _extreme(
     )
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.amax, torch.Tensor.amax), methods=("amax",))
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.amax,),
+    methods=("amax",),
+    torch_args="input, dim=None, keepdim=False",
+)
 def amax(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -325,7 +355,14 @@ def amax(
     return _extreme(amax, x, axis, keepdims, fill_value, largest=True)
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, torch=(torch.amin, torch.Tensor.amin), methods=("amin",))
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.amin,),
+    methods=("amin",),
+    torch_args="input, dim=None, keepdim=False",
+)
 def amin(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:

@@ -30,8 +30,9 @@ from ._reduce import _ARGS, Axis, _float_only, reduce
     "reductions",
     rule=REDUCE,
     args=_ARGS,
-    torch=(torch.logsumexp, torch.Tensor.logsumexp),
+    torch=(torch.logsumexp,),
     methods=("logsumexp",),
+    torch_args="input, dim, keepdim=False",
 )
 def logsumexp(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
@@ -61,6 +62,9 @@ def logsumexp(
     "reductions",
     rule=REDUCE,
     args="x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?",
+    torch=(torch.var,),
+    methods=("var",),
+    torch_args="input, dim=None, *, correction=1, keepdim=False, unbiased->correction=True",
 )
 def var(
     x: RaggedArray,
@@ -117,6 +121,9 @@ def _dense_var(v: Tensor, dims: tuple[int, ...], keep: bool, correction: int | f
     "reductions",
     rule=REDUCE,
     args="x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?",
+    torch=(torch.std,),
+    methods=("std",),
+    torch_args="input, dim=None, *, correction=1, keepdim=False, unbiased->correction=True",
 )
 def std(
     x: RaggedArray,
@@ -160,6 +167,8 @@ def _safe_root(total: Tensor, p: float) -> Tensor:
     "reductions",
     rule=REDUCE,
     args="x: ragged, ord: number?, axis: axes?, keepdims: bool?, fill_value: number?",
+    torch=(torch.linalg.vector_norm,),
+    torch_args="input, ord=2, dim=None, keepdim=False, *, dtype=None",
 )
 def norm(
     x: RaggedArray,
