@@ -95,6 +95,7 @@ class TensorMethods:
         self,
         dim: builtins.int | str = -1,
         descending: builtins.bool = False,
+        *,
         stable: builtins.bool = False,
     ) -> RaggedArray: ...
     def asin(self, *args: Any, **kwargs: Any) -> RaggedArray: ...

@@ -177,7 +177,9 @@ minimum = _binary_op(
     (_F, "2.0", "[[1.0, 2.0], [2.0]]"),
     *_spellings("minimum"),
 )
-eq = _binary_op("eq", torch.eq, "x == y", (_F, "2.0", "[[False, True], [False]]"), *_spellings("eq"))
+eq = _binary_op(
+    "eq", torch.eq, "x == y", (_F, "2.0", "[[False, True], [False]]"), *_spellings("eq")
+)
 ne = _binary_op(
     "ne",
     torch.ne,

@@ -20,7 +20,7 @@ as ``nn.ReLU(inplace=True)`` use the returned value, so they work unchanged).
 True
 >>> x.sigmoid().to_list()  # doctest: +ELLIPSIS
 [[0.5, 0.731...], [0.880...]]
->>> torch.clamp(x, max=1.5).to_list(), torch.atan2(x, 1.0).shape
+>>> torch.clamp(x, max=1.5).to_list(), torch.atan2(x, x).shape
 ([[0.0, 1.0], [1.5]], RaggedShape(2, [2, 1]))
 """
 
@@ -164,13 +164,15 @@ def _declare(
     fns = (*fns, method) if method is not None and dense_self else fns
     methods = () if method is None else (name,)
     see = ("ragged.apply",)
-    torch_function(*fns, family="elementwise", meaning=meaning, methods=methods, see=see, grad=grad)(
-        handler
-    )
+    torch_function(
+        *fns, family="elementwise", meaning=meaning, methods=methods, see=see, grad=grad
+    )(handler)
 
 
 ELEMENTWISE = "elementwise on the values"
+CONSTANT = "elementwise on the values (piecewise constant or boolean: no gradient)"
 OPERANDS = "elementwise; dense and RaggedArray operands line up as for `ragged.add`"
+OPERANDS_CONSTANT = OPERANDS + " (no gradient)"
 CLAMP = "elementwise; `min` and `max` may be numbers, dense tensors or RaggedArrays"
 ROWS = "row-wise on the values: `(B, L*)` indices give `(B, L*, *rest)`"
 DTYPES = {
@@ -188,7 +190,9 @@ DTYPES = {
 def _declare_all() -> None:
     for name in UNARY + UNARY_CONSTANT:
         fn = getattr(torch, name)
-        _declare(name, fn, elementwise(fn, f"torch.{name}"), ELEMENTWISE, grad=name in UNARY)
+        grad = name in UNARY
+        meaning = ELEMENTWISE if grad else CONSTANT
+        _declare(name, fn, elementwise(fn, f"torch.{name}"), meaning, grad=grad)
     for name in ("clamp", "clip"):
         fn = getattr(torch, name)
         _declare(name, fn, elementwise(fn, f"torch.{name}", keywords=("min", "max")), CLAMP)
@@ -196,19 +200,23 @@ def _declare_all() -> None:
         fn = getattr(torch, name)
         _declare(name, fn, elementwise(fn, f"torch.{name}", 2), CLAMP)
     for name in ACTIVATIONS + RANDOM:
-        fn = getattr(F, name)
-        random = " (random: an independent draw per entry)" if name in RANDOM else ""
-        torch_function(
-            fn,
-            *([getattr(torch, name)] if hasattr(torch, name) else []),
-            family="elementwise",
-            meaning=ELEMENTWISE + random,
-            see=("ragged.apply",),
-        )(elementwise(fn, f"torch.nn.functional.{name}"))
+        meaning = ELEMENTWISE
+        if name in RANDOM:
+            meaning += " (random: an independent draw per entry)"
+        # F.<name>, and torch.<name> where it exists (with arguments of its own: torch.dropout's
+        # ``train`` is F.dropout's ``training``).
+        for fn in (getattr(F, name), getattr(torch, name, None)):
+            if fn is not None:
+                label = "torch.nn.functional" if fn is getattr(F, name) else "torch"
+                torch_function(fn, family="elementwise", meaning=meaning, see=("ragged.apply",))(
+                    elementwise(fn, f"{label}.{name}")
+                )
     for name in BINARY:
         fn = getattr(torch, name)
         handler = elementwise(fn, f"torch.{name}", 2)
-        _declare(name, fn, handler, OPERANDS, grad=name not in _NO_GRAD, dense_self=True)
+        grad = name not in _NO_GRAD
+        meaning = OPERANDS if grad else OPERANDS_CONSTANT
+        _declare(name, fn, handler, meaning, grad=grad, dense_self=True)
     for name in TERNARY:
         fn = getattr(torch, name)
         _declare(name, fn, elementwise(fn, f"torch.{name}", 3), OPERANDS, dense_self=True)

@@ -251,7 +251,7 @@ def sort(
     args="x: ragged, axis: axis?, descending: bool?, stable: bool?",
     torch=(torch.argsort,),
     methods=("argsort",),
-    torch_args="input, dim=-1, descending=False, stable=False",
+    torch_args="input, dim=-1, descending=False, *, stable=False",
 )
 def argsort(
     x: RaggedArray, axis: int | str = 1, *, descending: bool = False, stable: bool = True

@@ -42,7 +42,7 @@ from .._array import RaggedArray
 from .._axes import normalize_axis
 from .._broadcast import align
 from .._partition import Partition, RowPartition
-from .._registry import CAST, IGNORED, REQUIRED, TorchArgs, refuse, torch_function
+from .._registry import CAST, IGNORED, REQUIRED, TorchArgs, TorchParam, refuse, torch_function
 from . import _elementwise as ew
 from . import _pointwise as _pointwise
 from ._attention import attention
@@ -54,9 +54,33 @@ from ._reductions._reduce import amax, amin
 from ._reductions._statistics import norm
 from ._sorting import argsort, sort, topk
 
-__all__ = ["TorchName", "dispatch_table", "method_table", "spelled"]
+__all__ = ["TorchName", "dispatch_table", "display_name", "method_table", "spelled"]
 
 _ERRORS = (TypeError, ValueError, IndexError, NotImplementedError)
+
+
+_NAMESPACES = (
+    ("torch", torch),
+    ("torch.nn.functional", F),
+    ("torch.Tensor", torch.Tensor),
+    ("torch.linalg", torch.linalg),
+)
+
+
+def display_name(fn: Any) -> str:
+    """How users spell a torch callable: ``torch.sum``, ``torch.nn.functional.gelu``.
+
+    >>> display_name(torch.mm), display_name(torch.linalg.vector_norm)
+    ('torch.mm', 'torch.linalg.vector_norm')
+    """
+    if isinstance(fn, str):
+        return fn
+    name = getattr(fn, "__name__", "")
+    for prefix, namespace in _NAMESPACES:
+        for candidate in (name.lstrip("_"), name):  # F.threshold is F._threshold
+            if candidate and getattr(namespace, candidate, None) is fn:
+                return f"{prefix}.{candidate}"
+    return torch.overrides.resolve_name(fn) or getattr(fn, "__qualname__", repr(fn))
 
 
 class TorchName:
@@ -75,9 +99,7 @@ class TorchName:
     @property
     def __ragged_name__(self) -> str:  # read by ragged._errors.name_of
         if self._name is None:
-            self._name = torch.overrides.resolve_name(self.fn) or getattr(
-                self.fn, "__qualname__", repr(self.fn)
-            )
+            self._name = display_name(self.fn)
         return self._name
 
     def __str__(self) -> str:
@@ -183,6 +205,9 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
                 renames.append((p.target, p.name))
             if p.default is not REQUIRED and not p.variadic:
                 defaults.setdefault(p.target, p.default)
+    for extra in ours:  # the op's own extras (``fill_value``), by name
+        if extra not in by_name and all(p.target != extra for p in params):
+            by_name[extra] = TorchParam(extra, extra, REQUIRED, positional=False)
     required = [p for p in params if p.default is REQUIRED and not p.variadic]
     direct = _direct(args, signature)
     spec = _registry.lookup(op)
@@ -199,7 +224,10 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
         for key, value in kwargs.items():
             param = by_name.get(key)
             if param is None:
-                known = ", ".join(f"`{p.name}`" for p in params)
+                if key == "out":
+                    _no_out(label, value)
+                    continue
+                known = ", ".join(dict.fromkeys(f"`{p.name}`" for p in by_name.values()))
                 raise TypeError(f"{label}: unexpected argument `{key}` (it takes {known}).")
             if param.name in given:
                 raise TypeError(f"{label}: got two values for `{param.name}`.")
@@ -264,14 +292,16 @@ def _custom(*fns: Any, **declaration: Any) -> Callable[[Any], Any]:
     return declare
 
 
-def _no_out(out: Any) -> None:
+def _no_out(label: Any, out: Any) -> None:
+    """``out=`` must be None (a handler's message gets its name from ``_renaming``)."""
     if out is not None:
-        raise TypeError("`out=` is not supported: RaggedArrays are immutable (use the result).")
+        prefix = f"{label}: " if label else ""
+        raise TypeError(
+            f"{prefix}`out=` is not supported: RaggedArrays are immutable (use the result)."
+        )
 
 
-def _with_indices(
-    values_op: Any, index_op: Any, kind: Any, x: Any, dim: Any, keepdim: bool
-) -> Any:
+def _with_indices(values_op: Any, index_op: Any, kind: Any, x: Any, dim: Any, keepdim: bool) -> Any:
     values = values_op(x, dim, keepdims=keepdim)
     return kind((values, index_op(x, dim, keepdims=keepdim)))
 
@@ -320,7 +350,7 @@ def _min(input: Any, dim: Any = None, keepdim: bool = False, *, other: Any = Non
 def _sort(
     input: Any, dim: Any = -1, descending: bool = False, stable: bool = False, *, out: Any = None
 ) -> Any:
-    _no_out(out)
+    _no_out(None, out)
     values = sort(input, dim, descending=descending)
     indices = argsort(input, dim, descending=descending)
     return torch.return_types.sort((values, indices))  # type: ignore[arg-type]
@@ -343,7 +373,7 @@ def _topk(
     *,
     out: Any = None,
 ) -> Any:
-    _no_out(out)
+    _no_out(None, out)
     out = topk(input, k, dim, largest=largest, sorted=sorted)
     return torch.return_types.topk(out)
 
@@ -363,7 +393,7 @@ def _norm(
     out: Any = None,
     dtype: Any = None,
 ) -> Any:
-    _no_out(out)
+    _no_out(None, out)
     if p == "nuc":
         raise ValueError("`p='nuc'` (the nuclear norm) is not supported on RaggedArrays.")
     x = input if dtype is None else input.to(dtype)
@@ -418,7 +448,7 @@ def _equal(input: Any, other: Any) -> bool:
 def _normalize(
     input: Any, p: float = 2.0, dim: Any = 1, eps: float = 1e-12, out: Any = None
 ) -> Any:
-    _no_out(out)
+    _no_out(None, out)
     if not isinstance(input, RaggedArray):
         raise TypeError(f"`input` must be a RaggedArray, got {type(input).__name__}.")
     axis = normalize_axis("F.normalize", input, dim, "dim")
@@ -437,7 +467,7 @@ def _normalize(
     see=("ragged.stack", "ragged.concat"),
 )
 def _stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> RaggedArray:
-    _no_out(out)
+    _no_out(None, out)
     arrays = list(tensors)
     if not arrays or not all(isinstance(a, RaggedArray) for a in arrays):
         raise TypeError("`tensors` must be a non-empty sequence of RaggedArrays.")
@@ -484,14 +514,14 @@ def _stack_rows(arrays: list[RaggedArray]) -> RaggedArray:
     starts = torch.stack([a.offsets[:-1] + base for a, base in zip(arrays, bases, strict=True)], 1)
     starts = starts.reshape(-1)
     row = torch.arange(total, device=device)
-    source = starts.index_select(0, inner.row_ids) + row - inner.offsets.index_select(
-        0, inner.row_ids
+    source = (
+        starts.index_select(0, inner.row_ids) + row - inner.offsets.index_select(0, inner.row_ids)
     )
     return RaggedArray(values.index_select(0, source), Partition((outer, inner)))
 
 
 SDPA_LAYOUT = (
-    "F.scaled_dot_product_attention takes RaggedArrays of torch's layout (B, L*, E), one head; "
+    "`query`, `key` and `value` must be RaggedArrays of torch's layout (B, L*, E), one head; "
     "for heads use ragged.attention(q, k, v) with the layout (B, L*, H, Dh) (torch's (B, H, L*, "
     "Dh) puts the heads before the ragged axis, which a RaggedArray does not represent)"
 )
