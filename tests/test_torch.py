@@ -22,7 +22,7 @@ from torch import nn
 
 import ragged
 import ragged.testing
-from ragged import _array, _registry
+from ragged import _registry
 from ragged.ops import _pointwise, _torch
 from tests import torchtable
 from tests.optable import ragged_randn
@@ -478,12 +478,14 @@ REFUSED = [(fn, e.hint) for e in _registry.torch_functions() if e.handler is Non
 def test_refused_functions_say_what_to_use(fn, hint) -> None:
     x = lengths_ragged([2, 0, 3])
     name = _torch.display_name(fn)
-    with pytest.raises(
-        TypeError, match="^" + re.escape(f"{name} is not supported on RaggedArrays: {hint}.") + "$"
-    ):
-        if fn is F.multi_head_attention_forward:
-            nn.MultiheadAttention(3, 1)(x, x, x)
-        _call_somehow(fn, x)
+    message = "^" + re.escape(f"{name} is not supported on RaggedArrays: {hint}.") + "$"
+    call = _attend if fn is F.multi_head_attention_forward else _call_somehow
+    with pytest.raises(TypeError, match=message):
+        call(fn, x)
+
+
+def _attend(fn: Any, x: Any) -> Any:
+    return nn.MultiheadAttention(3, 1)(x, x, x)
 
 
 def _call_somehow(fn: Any, x: Any) -> Any:

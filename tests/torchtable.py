@@ -22,7 +22,6 @@ from ragged import _registry
 from ragged.ops import _pointwise, _torch
 from tests.optable import all_ops, ragged_randn
 
-
 # torch's C++ argument parser, refusing a call before any dispatch (a Python number where it
 # wants a Tensor: torch.maximum(x, 2.0) fails for dense tensors too).
 PARSER = re.compile(r"^\w+\(\): argument|received an invalid combination|positional arguments but")

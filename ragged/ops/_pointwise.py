@@ -40,29 +40,113 @@ from ._elementwise import _as_values, _scalars_as_tensors, binary
 __all__ = ["elementwise", "rows"]
 
 # Unary math functions: ``torch.<name>`` and, where Tensor has it, ``x.<name>()``.
-UNARY = (
-    "acos arccos acosh arccosh asin arcsin asinh arcsinh atan arctan atanh arctanh cos cosh sin "
-    "sinh tan tanh sinc exp exp2 expm1 log log2 log10 log1p sqrt rsqrt square reciprocal sigmoid "
-    "logit erf erfc erfinv lgamma digamma i0 deg2rad rad2deg relu positive sgn nan_to_num frac "
-    "hardshrink"
-).split()
+UNARY = [
+    "acos",
+    "arccos",
+    "acosh",
+    "arccosh",
+    "asin",
+    "arcsin",
+    "asinh",
+    "arcsinh",
+    "atan",
+    "arctan",
+    "atanh",
+    "arctanh",
+    "cos",
+    "cosh",
+    "sin",
+    "sinh",
+    "tan",
+    "tanh",
+    "sinc",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sqrt",
+    "rsqrt",
+    "square",
+    "reciprocal",
+    "sigmoid",
+    "logit",
+    "erf",
+    "erfc",
+    "erfinv",
+    "lgamma",
+    "digamma",
+    "i0",
+    "deg2rad",
+    "rad2deg",
+    "relu",
+    "positive",
+    "sgn",
+    "nan_to_num",
+    "frac",
+    "hardshrink",
+]
 # The same, with a zero or no derivative (piecewise constant, or a boolean result).
-UNARY_CONSTANT = (
-    "ceil floor round trunc fix sign signbit isnan isinf isfinite isposinf isneginf isreal"
-).split()
+UNARY_CONSTANT = [
+    "ceil",
+    "floor",
+    "round",
+    "trunc",
+    "fix",
+    "sign",
+    "signbit",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "isposinf",
+    "isneginf",
+    "isreal",
+]
 # Activations and dropout of ``torch.nn.functional`` (and ``torch.<name>`` where it exists).
-ACTIVATIONS = (
-    "gelu silu relu6 elu selu celu leaky_relu hardtanh hardsigmoid hardswish mish softplus "
-    "softsign softshrink tanhshrink logsigmoid threshold"
-).split()
-RANDOM = "dropout alpha_dropout rrelu".split()
+ACTIVATIONS = [
+    "gelu",
+    "silu",
+    "relu6",
+    "elu",
+    "selu",
+    "celu",
+    "leaky_relu",
+    "hardtanh",
+    "hardsigmoid",
+    "hardswish",
+    "mish",
+    "softplus",
+    "softsign",
+    "softshrink",
+    "tanhshrink",
+    "logsigmoid",
+    "threshold",
+]
+RANDOM = ["dropout", "alpha_dropout", "rrelu"]
 # Binary functions: the first two arguments are operands that line up (``ragged._broadcast``).
-BINARY = (
-    "atan2 arctan2 hypot fmod copysign logaddexp logaddexp2 nextafter xlogy fmax fmin float_power "
-    "heaviside ldexp isclose bitwise_left_shift bitwise_right_shift"
-).split()
+BINARY = [
+    "atan2",
+    "arctan2",
+    "hypot",
+    "fmod",
+    "copysign",
+    "logaddexp",
+    "logaddexp2",
+    "nextafter",
+    "xlogy",
+    "fmax",
+    "fmin",
+    "float_power",
+    "heaviside",
+    "ldexp",
+    "isclose",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
+]
 # Functions of three operands (``torch.lerp(x, end, weight)``) and of an operand and a mask.
-TERNARY = "lerp addcmul addcdiv".split()
+TERNARY = ["lerp", "addcmul", "addcdiv"]
 _NO_GRAD = {"heaviside", "isclose", "fmod", "bitwise_left_shift", "bitwise_right_shift"}
 
 

@@ -47,8 +47,8 @@ from . import _elementwise as ew
 from . import _pointwise as _pointwise
 from ._attention import attention
 from ._combining import concat
-from ._pairs import transpose as pair_transpose
 from ._combining import stack as ragged_stack
+from ._pairs import transpose as pair_transpose
 from ._reductions._logical import argmax, argmin
 from ._reductions._reduce import amax, amin
 from ._reductions._statistics import norm
@@ -656,9 +656,9 @@ def _squeeze(input: RaggedArray, dim: Any = None) -> RaggedArray:
 )
 def _flatten(input: RaggedArray, start_dim: int = 0, end_dim: int = -1) -> Any:
     n = input.ndim
-    if isinstance(start_dim, int) and isinstance(end_dim, int):
-        if start_dim % n == 0 and end_dim % n == n - 1:
-            return input.values.reshape(-1)
+    every = isinstance(start_dim, int) and isinstance(end_dim, int)
+    if every and start_dim % n == 0 and end_dim % n == n - 1:
+        return input.values.reshape(-1)
     a, b = _inner(input, start_dim), _inner(input, end_dim)
     names = None if input.axes is not None and a != b else input.axes
     return RaggedArray(input.values.flatten(a, b), input.partition, names)
