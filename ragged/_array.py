@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,8 +27,11 @@ __all__ = ["RaggedArray"]
 # The dispatch table of ``RaggedArray.__torch_function__``: torch function -> its handler, which
 # takes torch's arguments. ``ragged.ops._torch.install`` fills it from the registry once the ops
 # have loaded (the class never imports its ops); the entry under ``None`` raises the error for a
-# function without a handler.
+# function without a handler. ``TORCH_PYTHON_FUNCTIONS`` lists its entries whose keys are Python
+# functions, for the lookup by identity that torch.compile needs for some of them.
 TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {}
+TORCH_PYTHON_FUNCTIONS: list[tuple[Any, Callable[..., Any]]] = []
+_compiling = torch.compiler.is_compiling
 
 
 @public("arrays")
@@ -286,7 +290,12 @@ class RaggedArray(TensorMethods):
         ``nn.Linear(8, 4)(x)``; one dict lookup, then the handler generated from the op registry
         (see ``docs/torch.md``, "torch functions on RaggedArrays").
         """
-        handler = TORCH_FUNCTIONS.get(func)
+        if isinstance(func, FunctionType) and _compiling():
+            # Dynamo (torch 2.13) misses in a dict some Python functions it traces, such as the
+            # wrapper behind ``Tensor.__rdiv__`` that it calls for ``x / t``: compare by identity.
+            handler = next((h for f, h in TORCH_PYTHON_FUNCTIONS if f is func), None)
+        else:
+            handler = TORCH_FUNCTIONS.get(func)
         if handler is None:
             return TORCH_FUNCTIONS[None](func, args, kwargs)
         if kwargs:

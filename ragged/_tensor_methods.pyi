@@ -17,6 +17,7 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from ._array import RaggedArray
+    from ._shape import RaggedShape
 
 class TensorMethods:
     """The Tensor-style methods of RaggedArray (see docs/torch.md)."""

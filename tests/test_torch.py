@@ -22,8 +22,8 @@ from torch import nn
 
 import ragged
 import ragged.testing
-from ragged import _registry
-from ragged.ops import _pointwise, _torch
+from ragged import _array, _registry
+from ragged.ops import _methods, _pointwise, _torch
 from tests import torchtable
 from tests.optable import ragged_randn
 from tests.strategies import lengths as lengths_strategy
@@ -655,3 +655,237 @@ EXPLICIT_METHODS = [
     "cuda",
     "type_as",
 ]
+
+
+# --- torch.compile: every row that claims it, in a few grouped graphs ---------------------------
+
+COMPILE_BATCHES = [[3, 0, 5, 2], [1], [0, 2, 6, 1, 3]]
+
+
+def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
+    """One call of every explicit row that claims compile, on ``x`` and ``y`` ``(B, L*, 3)``."""
+    q = x[..., None].flatten(2)  # (B, L*, 3), another view of the values
+    idx = (x.abs() * 3).long().clamp(max=4)
+    target = x.with_values(torch.sigmoid(y.values))
+    return [
+        torch.max(x), torch.max(x, 1), x.max(2), torch.max(x, y), torch.min(x, dim=1),
+        x.min(), torch.min(x, y), torch.sort(x, 1), x.sort(), torch.topk(x, 2, dim=2),
+        torch.norm(x, dim=1), x.norm(p=1, dim=2), F.normalize(x), F.normalize(x, dim=-1),
+        torch.stack([x, y], 2), torch.stack([x, y]), torch.stack([x, y], 1),
+        F.scaled_dot_product_attention(x, y, y, is_causal=True),
+        torch.transpose(x[..., None], 2, 3), torch.swapaxes(x[..., None], -1, -2),
+        x[..., None].transpose(2, 3), x.topk(1, dim=2),
+        torch.unsqueeze(x, 2).squeeze(2), x.unsqueeze(-1).squeeze(), torch.squeeze(x[..., :1]),
+        torch.flatten(x), q.flatten(2), torch.flatten(x[..., None], 2),
+        x.size(1), x.size()[0] + x.dim() + x.ndimension() + x.numel() + torch.numel(x),
+        x.nelement() + int(x.is_floating_point()) + int(torch.is_floating_point(x)),
+        x.cpu(), x.type_as(idx), F.embedding(idx, torch.ones(5, 2)), F.one_hot(idx, 5),
+        *[getattr(F, name)(target, x.with_values(torch.sigmoid(x.values))) for name in torchtable.LOSSES],
+        F.mse_loss(x, y, reduction="none"),
+        *[getattr(x, name)() for name in _pointwise.DTYPES],
+    ]
+
+
+def _group_calls(family_filter: Any) -> tuple[Any, Any]:
+    """(function of all arguments, builder of the arguments for given lengths) for the op rows
+    whose family passes ``family_filter``, plus the pointwise rows and explicit rows."""
+    infos = torchtable.op_infos()
+    rows = [
+        (info, spelling)
+        for info, _, spelling in OP_ROWS
+        if info is infos[info.spec.qualname] and torchtable.compiles(info)
+        and family_filter(info.spec.family)
+    ]
+    callers = [torchtable.spelled_op(info, spelling) for info, spelling in rows]
+    keywords: list[tuple[int, dict[str, Any]]] = []  # constants of the compiled function, not inputs
+
+    def build(lengths: list[int], seed: int) -> Any:
+        gen = torch.Generator().manual_seed(seed)
+        per_row = []
+        for k, ((info, _), caller) in enumerate(zip(rows, callers, strict=True)):
+            samples = info.samples(lengths, gen, torch.float32, "contiguous")
+            if len(keywords) <= k:  # the first sample torch's spelling expresses
+                index = next(i for i, s in enumerate(samples) if _expressible(caller, s))
+                keywords.append((index, samples[index].kwargs))
+            per_row.append(samples[keywords[k][0]].call_args())
+        return per_row
+
+    def run(per_row: Any) -> Any:
+        return tuple(
+            caller(*args, **kw[1]) for caller, args, kw in zip(callers, per_row, keywords, strict=True)
+        )
+
+    return run, build
+
+
+def _expressible(caller: Any, sample: Any) -> bool:
+    try:
+        caller(*sample.call_args(), **sample.kwargs)
+    except torchtable.Inexpressible:
+        return False
+    return True
+
+
+def _record_calls(fn: Any, *args: Any) -> tuple[set[Any], set[str]]:
+    """The dispatch-table functions and generated methods ``fn(*args)`` reaches, eagerly."""
+    seen_fns: set[Any] = set()
+    seen_methods: set[str] = set()
+    table = dict(_array.TORCH_FUNCTIONS)
+    methods = _torch.method_table()
+
+    def wrap_fn(key: Any, handler: Any) -> Any:
+        def recorded(*a: Any, **k: Any) -> Any:
+            seen_fns.add(key)
+            return handler(*a, **k)
+
+        return recorded
+
+    def wrap_method(name: str, method: Any) -> Any:
+        def recorded(*a: Any, **k: Any) -> Any:
+            seen_methods.add(name)
+            return method(*a, **k)
+
+        return recorded
+
+    try:
+        _array.TORCH_FUNCTIONS.update({k: wrap_fn(k, h) for k, h in table.items() if k is not None})
+        for name in methods:
+            setattr(ragged.RaggedArray, name, wrap_method(name, getattr(ragged.RaggedArray, name)))
+        fn(*args)
+    finally:
+        _array.TORCH_FUNCTIONS.update(table)
+        for name, method in _methods.methods().items():
+            setattr(ragged.RaggedArray, name, method)
+    return seen_fns, seen_methods
+
+
+def _pointwise_compile_calls(lengths: list[int], seed: int) -> list[Any]:
+    """One call of every spelling of every pointwise row that claims compile."""
+    calls = []
+    for entry in POINTWISE:
+        if entry.compile:
+            _, args, kwargs = _pointwise_call(entry, lengths, seed)
+            calls += [(f, args, kwargs) for f in entry.fns if not torchtable.is_descriptor(f)]
+            calls += [(_method(m), args, kwargs) for m in entry.methods]
+    return calls
+
+
+def _method(name: str) -> Any:
+    return lambda x, *args, **kwargs: getattr(x, name)(*args, **kwargs)
+
+
+def _is_input(value: Any) -> bool:
+    return isinstance(value, (ragged.RaggedArray, torch.Tensor))
+
+
+def _split_calls(calls: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The tensors and RaggedArrays of ``calls`` (the compiled function's inputs), and the calls
+    with ``None`` in their place (constants: numbers stay numbers, not graph inputs)."""
+    inputs, template = [], []
+    for fn, args, kwargs in calls:
+        inputs.append([a for a in (*args, *kwargs.values()) if _is_input(a)])
+        template.append(
+            (
+                fn,
+                tuple(None if _is_input(a) else a for a in args),
+                {k: None if _is_input(v) else v for k, v in kwargs.items()},
+            )
+        )
+    return inputs, template
+
+
+def _run_pointwise(inputs: list[Any], template: list[Any]) -> Any:
+    out = []
+    for values, (fn, args, kwargs) in zip(inputs, template, strict=True):
+        feed = iter(values)
+        call_args = [next(feed) if a is None else a for a in args]
+        call_kwargs = {k: next(feed) if v is None else v for k, v in kwargs.items()}
+        out.append(fn(*call_args, **call_kwargs))
+    return tuple(out)
+
+
+GROUPS = {
+    "elementwise": lambda family: family == "elementwise",
+    "reductions_and_more": lambda family: family in ("reductions", "normalization", "scans"),
+    "the_rest": lambda family: family not in ("elementwise", "reductions", "normalization", "scans"),
+}
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_op_rows_compile_to_one_graph(group: str) -> None:
+    run, build = _group_calls(GROUPS[group])
+    batches = [(build(lengths, seed),) for seed, lengths in enumerate(COMPILE_BATCHES)]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(
+            run, batches, backend="eager", max_graphs=1, equal_nan=True, atol=1e-4, rtol=1e-4
+        )
+    assert report.graphs == 1
+
+
+def test_pointwise_rows_compile_to_one_graph() -> None:
+    template = _split_calls(_pointwise_compile_calls(COMPILE_BATCHES[0], 0))[1]
+    batches = [
+        (_split_calls(_pointwise_compile_calls(lengths, seed))[0],)
+        for seed, lengths in enumerate(COMPILE_BATCHES)
+    ]
+    # The calls' numbers (threshold's 0.1, lerp's 0.3) sit in a list here, not in the code:
+    # Dynamo would lift them as graph inputs (dynamic floats); in user code they are literals.
+    with ragged.dynamic_shapes(), torch._dynamo.config.patch(specialize_float=True):
+        report = ragged.testing.check_compile(
+            lambda inputs: _run_pointwise(inputs, template),
+            batches,
+            backend="eager",
+            max_graphs=1,
+            equal_nan=True,
+            atol=1e-4,
+            rtol=1e-4,
+        )
+    assert report.graphs == 1
+
+
+def test_explicit_rows_compile_to_one_graph() -> None:
+    batches = []
+    for seed, lengths in enumerate(COMPILE_BATCHES):
+        x = lengths_ragged(lengths, seed, torch.float32)
+        batches.append((x, x.with_values(torch.randn_like(x.values))))
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(
+            lambda x, y: tuple(_custom_calls(x, y)),
+            batches,
+            backend="eager",
+            max_graphs=1,
+            equal_nan=True,
+            atol=1e-4,
+            rtol=1e-4,
+        )
+    assert report.graphs == 1
+
+
+def test_every_row_that_claims_compile_is_compiled() -> None:
+    infos = torchtable.op_infos()
+    claimed_fns: set[Any] = set()
+    claimed_methods: set[str] = set()
+    for info, _, spelling in OP_ROWS:
+        if info is infos[info.spec.qualname] and torchtable.compiles(info):
+            (claimed_methods if isinstance(spelling, str) else claimed_fns).add(spelling)
+    for entry in _registry.torch_functions():
+        if entry.handler is not None and entry.compile:
+            claimed_fns |= {f for f in entry.fns if not torchtable.is_descriptor(f)}
+            claimed_methods |= set(entry.methods)
+    seen_fns: set[Any] = set()
+    seen_methods: set[str] = set()
+    for group in GROUPS.values():
+        run, build = _group_calls(group)
+        fns, methods = _record_calls(run, build([3, 0, 2], 0))
+        seen_fns |= fns
+        seen_methods |= methods
+    x = lengths_ragged([3, 0, 2], 0, torch.float32)
+    inputs, template = _split_calls(_pointwise_compile_calls([3, 0, 2], 0))
+    fns, methods = _record_calls(
+        lambda: (_run_pointwise(inputs, template), _custom_calls(x, x * 2))
+    )
+    seen_fns |= fns
+    seen_methods |= methods
+    missing = [_torch.display_name(f) for f in claimed_fns - seen_fns]
+    assert not missing, f"rows that claim compile but no compiled group calls: {missing}"
+    assert claimed_methods - seen_methods == set()

@@ -58,6 +58,7 @@ def torch_caller(spec: _registry.OpSpec, spelling: Any) -> Callable[..., Any]:
             names.setdefault(param.target, param.name)
     order = [p.name for p in args.params if p.positional and not p.variadic]
     builtin = isinstance(spelling, types.BuiltinFunctionType)
+    sequences = {a.name for a in spec.args if a.kind == "arrays"}
 
     def call(*call_args: Any, **call_kwargs: Any) -> Any:
         bound = signature.bind(*call_args, **call_kwargs)
@@ -71,6 +72,8 @@ def torch_caller(spec: _registry.OpSpec, spelling: Any) -> Callable[..., Any]:
             elif param.kind is inspect.Parameter.VAR_KEYWORD:
                 spelled.update(value)
             elif name in names:
+                if isinstance(value, tuple) and name in sequences:
+                    value = list(value)  # Dynamo (torch 2.13) looks into lists, not tuples
                 spelled[names[name]] = value
             elif value is not param.default:
                 if method is None:
@@ -132,6 +135,19 @@ def spelled_op(info: Any, spelling: Any) -> Callable[..., Any]:
             setattr(ragged, name, original)
 
     return op
+
+
+def op_infos() -> dict[str, Any]:
+    """The first op-table entry of every op (``docs/torch.md`` reads its flags)."""
+    infos: dict[str, Any] = {}
+    for info in all_ops():
+        infos.setdefault(info.spec.qualname, info)
+    return infos
+
+
+def compiles(info: Any) -> bool:
+    """The row of ``info``'s op claims one graph without host syncs under torch.compile."""
+    return info.compile and not info.data_dependent
 
 
 def op_rows() -> list[tuple[Any, str, Any]]:

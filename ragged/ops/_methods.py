@@ -120,5 +120,4 @@ def install() -> None:
     and fill the dispatch table of its ``__torch_function__`` (idempotent)."""
     for name, value in methods().items():
         setattr(RaggedArray, name, value)
-    _torch.install()
-    _array.TORCH_FUNCTIONS.update(tensor_operators())
+    _torch.install(tensor_operators())

@@ -125,6 +125,9 @@ ACTIVATIONS = [
     "threshold",
 ]
 RANDOM = ["dropout", "alpha_dropout", "rrelu"]
+# torch.compile (2.13) dispatches only the functions torch lists as overridable: not these two,
+# whose modules (nn.Hardsigmoid, nn.Hardswish) therefore run eagerly only.
+NOT_COMPILED = {"hardsigmoid", "hardswish"}
 # Binary functions: the first two arguments are operands that line up (``ragged._broadcast``).
 BINARY = [
     "atan2",
@@ -243,7 +246,7 @@ def _declare(
     has it (``torch.Tensor.<name>`` itself too when a dense ``self`` may meet a RaggedArray
     operand: ``t.atan2(x)``)."""
     method = getattr(torch.Tensor, name, None)
-    functional = getattr(F, name, None)
+    functional = getattr(F, name, None) if name not in ("sigmoid", "tanh") else None
     fns = (fn,) if functional in (None, fn) else (fn, functional)
     fns = (*fns, method) if method is not None and dense_self else fns
     methods = () if method is None else (name,)
@@ -292,9 +295,11 @@ def _declare_all() -> None:
         for fn in (getattr(F, name), getattr(torch, name, None)):
             if fn is not None:
                 label = "torch.nn.functional" if fn is getattr(F, name) else "torch"
-                torch_function(fn, family="elementwise", meaning=meaning, see=("ragged.apply",))(
-                    elementwise(fn, f"{label}.{name}")
-                )
+                compiled = name not in NOT_COMPILED
+                text = meaning + ("" if compiled else " (eager only: not traced by torch.compile)")
+                torch_function(
+                    fn, family="elementwise", meaning=text, see=("ragged.apply",), compile=compiled
+                )(elementwise(fn, f"{label}.{name}"))
     for name in BINARY:
         fn = getattr(torch, name)
         handler = elementwise(fn, f"torch.{name}", 2)

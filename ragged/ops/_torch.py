@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,7 +55,7 @@ from ._reductions._reduce import amax, amin
 from ._reductions._statistics import norm
 from ._sorting import argsort, sort, topk
 
-__all__ = ["TorchName", "dispatch_table", "display_name", "method_table", "spelled"]
+__all__ = ["dispatch_table", "display_name", "method_table", "spelled"]
 
 _ERRORS = (TypeError, ValueError, IndexError, NotImplementedError)
 
@@ -83,31 +84,8 @@ def display_name(fn: Any) -> str:
     return torch.overrides.resolve_name(fn) or getattr(fn, "__qualname__", repr(fn))
 
 
-class TorchName:
-    """The public name of a torch callable, resolved only when an error message needs it.
-
-    >>> str(TorchName(torch.nn.functional.gelu))
-    'torch.nn.functional.gelu'
-    """
-
-    __slots__ = ("_name", "fn")
-
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-        self._name = fn if isinstance(fn, str) else None
-
-    @property
-    def __ragged_name__(self) -> str:  # read by ragged._errors.name_of
-        if self._name is None:
-            self._name = display_name(self.fn)
-        return self._name
-
-    def __str__(self) -> str:
-        return self.__ragged_name__
-
-
 def _renamed(
-    error: Exception, prefixes: Sequence[str], name: TorchName, renames: Sequence[tuple[str, str]]
+    error: Exception, prefixes: Sequence[str], name: str, renames: Sequence[tuple[str, str]]
 ) -> Exception | None:
     """``error`` with the registry's prefix replaced by torch's name, and the op's argument
     names by torch's; ``None`` when its message does not start with one of ``prefixes``."""
@@ -115,7 +93,7 @@ def _renamed(
     prefix = next((p for p in prefixes if text.startswith(p + ": ")), None)
     if prefix is None:
         return None
-    text = str(name) + text[len(prefix) :]
+    text = name + text[len(prefix) :]
     for ours, theirs in renames:
         text = text.replace(f"`{ours}`", f"`{theirs}`")
     try:
@@ -189,7 +167,8 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
     tensor([[3],
             [3]])
     """
-    label = name if isinstance(name, TorchName) else TorchName(name)
+    # The closures hold ``name`` itself (a torch function or a string: both are constants to
+    # torch.compile); its display name is computed when an error needs it.
     signature = inspect.signature(op)
     ours = list(signature.parameters)
     params = args.params
@@ -218,19 +197,21 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
     def translate(call_args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if len(call_args) > len(lead) and variadic is None:
             raise TypeError(
-                f"{label}: takes at most {len(lead)} positional arguments, got {len(call_args)}."
+                f"{display_name(name)}: takes at most {len(lead)} positional arguments, got {len(call_args)}."
             )
         given = {p.name: (p, v) for p, v in zip(lead, call_args, strict=False)}
         for key, value in kwargs.items():
             param = by_name.get(key)
             if param is None:
                 if key == "out":
-                    _no_out(label, value)
+                    _no_out(display_name(name), value)
                     continue
                 known = ", ".join(dict.fromkeys(f"`{p.name}`" for p in by_name.values()))
-                raise TypeError(f"{label}: unexpected argument `{key}` (it takes {known}).")
+                raise TypeError(
+                    f"{display_name(name)}: unexpected argument `{key}` (it takes {known})."
+                )
             if param.name in given:
-                raise TypeError(f"{label}: got two values for `{param.name}`.")
+                raise TypeError(f"{display_name(name)}: got two values for `{param.name}`.")
             given[param.name] = (param, value)
         call: dict[str, Any] = {}
         dtype = None
@@ -238,20 +219,20 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
             if param.target is None:
                 if not _same(value, param.default):
                     raise TypeError(
-                        f"{label}: `{param.name}` is supported on RaggedArrays at its default "
+                        f"{display_name(name)}: `{param.name}` is supported on RaggedArrays at its default "
                         f"{param.default!r} only, got {value!r}."
                     )
             elif param.target == CAST:
                 dtype = value
             elif param.target != IGNORED:
                 if param.target in call:
-                    raise TypeError(f"{label}: got two values for `{param.name}`.")
+                    raise TypeError(f"{display_name(name)}: got two values for `{param.name}`.")
                 if param.target in numbers and isinstance(value, bool):
                     value = int(value)
                 call[param.target] = value
         for param in required:
             if param.name not in given and param.target not in call:
-                raise TypeError(f"{label}: missing the argument `{param.name}`.")
+                raise TypeError(f"{display_name(name)}: missing the argument `{param.name}`.")
         for target, default in defaults.items():
             call.setdefault(target, default)
         if dtype is not None and isinstance(call.get(ours[0]), RaggedArray):
@@ -269,7 +250,7 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
                 return op(*call_args)
             return translate(call_args, kwargs)
         except _ERRORS as error:
-            new = _renamed(error, prefixes, label, renames)
+            new = _renamed(error, prefixes, display_name(name), renames)
             if new is None:
                 raise
             raise new from None
@@ -446,8 +427,12 @@ def _equal(input: Any, other: Any) -> bool:
     see=("ragged.norm",),
 )
 def _normalize(
-    input: Any, p: float = 2.0, dim: Any = 1, eps: float = 1e-12, out: Any = None
+    input: Any, p: float | None = None, dim: Any = 1, eps: float | None = None, out: Any = None
 ) -> Any:
+    # Float defaults live in the body: torch.compile lifts a float default of the signature as
+    # a graph input and reads it back with .item() (a host sync). torch's are 2.0 and 1e-12.
+    p = 2.0 if p is None else p
+    eps = 1e-12 if eps is None else eps
     _no_out(None, out)
     if not isinstance(input, RaggedArray):
         raise TypeError(f"`input` must be a RaggedArray, got {type(input).__name__}.")
@@ -539,7 +524,7 @@ def _sdpa(
     key: Any,
     value: Any,
     attn_mask: Any = None,
-    dropout_p: float = 0.0,
+    dropout_p: float | None = None,
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
@@ -717,6 +702,7 @@ def _is_floating_point(input: RaggedArray) -> bool:
     "torch: the data and the partition do not change",
     methods=("requires_grad_",),
     grad=False,
+    compile=False,
 )
 def _requires_grad_(self: RaggedArray, requires_grad: bool = True) -> RaggedArray:
     self.values.requires_grad_(requires_grad)
@@ -738,6 +724,7 @@ def _cpu(self: RaggedArray, memory_format: Any = torch.preserve_format) -> Ragge
     meaning="values and offsets on a CUDA device",
     methods=("cuda",),
     see=("RaggedArray.to",),
+    compile=False,
 )
 def _cuda(
     self: RaggedArray,
@@ -780,9 +767,11 @@ _LOSSES_BCE = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
 
 
 def _loss(fn: Callable[..., Any]) -> Callable[..., Any]:
+    label = f"torch.nn.functional.{fn.__name__}"
+
     def handler(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
         reduction = kwargs.get("reduction", "mean")
-        a, b, partition, names = align(TorchName(fn), input, target)
+        a, b, partition, names = align(label, input, target)
         out = fn(a, b, *args, **kwargs)
         return RaggedArray(out, partition, names) if reduction == "none" else out
 
@@ -891,7 +880,7 @@ refuse(
 
 def _unsupported(func: Any, args: Any, kwargs: Any) -> Any:
     """The error for a torch function without a handler, naming the nearest ragged ones."""
-    name = str(TorchName(func))
+    name = display_name(func)
     if name.startswith("torch.Tensor.__"):
         return NotImplemented  # a Python operator: let Python try the reflected one
     short = name.rsplit(".", 1)[-1]
@@ -909,14 +898,13 @@ def _unsupported(func: Any, args: Any, kwargs: Any) -> Any:
 
 def _refused(fn: Any, hint: str) -> Callable[..., Any]:
     def handler(*args: Any, **kwargs: Any) -> Any:
-        raise TypeError(f"{TorchName(fn)} is not supported on RaggedArrays: {hint}.")
+        raise TypeError(f"{display_name(fn)} is not supported on RaggedArrays: {hint}.")
 
     return handler
 
 
 def _renaming(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
     """``handler`` whose errors name ``fn`` (torch's spelling) instead of a ragged op."""
-    label = TorchName(fn)
     prefixes = tuple(s.qualname for s in _registry.ops())
 
     def renaming(*args: Any, **kwargs: Any) -> Any:
@@ -924,6 +912,7 @@ def _renaming(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
             return handler(*args, **kwargs)
         except _ERRORS as error:
             text = str(error.args[0]) if error.args else ""
+            label = display_name(fn)
             new = _renamed(error, prefixes, label, _TORCH_RENAMES)
             if new is None and text.startswith("`"):  # a handler's own message
                 new = type(error)(f"{label}: {text}").with_traceback(error.__traceback__)
@@ -939,7 +928,7 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
     table: dict[Any, Callable[..., Any]] = {None: _unsupported}
     for spec in _registry.ops():
         for fn in spec.torch:
-            table[fn] = spelled(spec.obj, spec.torch_signature(fn), TorchName(fn))
+            table[fn] = spelled(spec.obj, spec.torch_signature(fn), fn)
     for entry in _registry.torch_functions():
         for fn in entry.fns:
             if entry.handler is None:
@@ -967,7 +956,11 @@ def method_table() -> dict[str, Callable[..., Any]]:
     return table
 
 
-def install() -> None:
-    """Fill ``RaggedArray.__torch_function__``'s table (idempotent)."""
+def install(extra: dict[Any, Callable[..., Any]]) -> None:
+    """Fill ``RaggedArray.__torch_function__``'s table with ``dispatch_table()`` and ``extra``
+    (the operators of a dense ``self``; idempotent)."""
+    table = {**dispatch_table(), **extra}
     _array.TORCH_FUNCTIONS.clear()
-    _array.TORCH_FUNCTIONS.update(dispatch_table())
+    _array.TORCH_FUNCTIONS.update(table)
+    python = [(f, h) for f, h in table.items() if isinstance(f, types.FunctionType)]
+    _array.TORCH_PYTHON_FUNCTIONS[:] = python
