@@ -668,19 +668,46 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
     idx = (x.abs() * 3).long().clamp(max=4)
     target = x.with_values(torch.sigmoid(y.values))
     return [
-        torch.max(x), torch.max(x, 1), x.max(2), torch.max(x, y), torch.min(x, dim=1),
-        x.min(), torch.min(x, y), torch.sort(x, 1), x.sort(), torch.topk(x, 2, dim=2),
-        torch.norm(x, dim=1), x.norm(p=1, dim=2), F.normalize(x), F.normalize(x, dim=-1),
-        torch.stack([x, y], 2), torch.stack([x, y]), torch.stack([x, y], 1),
+        torch.max(x),
+        torch.max(x, 1),
+        x.max(2),
+        torch.max(x, y),
+        torch.min(x, dim=1),
+        x.min(),
+        torch.min(x, y),
+        torch.sort(x, 1),
+        x.sort(),
+        torch.topk(x, 2, dim=2),
+        torch.norm(x, dim=1),
+        x.norm(p=1, dim=2),
+        F.normalize(x),
+        F.normalize(x, dim=-1),
+        torch.stack([x, y], 2),
+        torch.stack([x, y]),
+        torch.stack([x, y], 1),
         F.scaled_dot_product_attention(x, y, y, is_causal=True),
-        torch.transpose(x[..., None], 2, 3), torch.swapaxes(x[..., None], -1, -2),
-        x[..., None].transpose(2, 3), x.topk(1, dim=2),
-        torch.unsqueeze(x, 2).squeeze(2), x.unsqueeze(-1).squeeze(), torch.squeeze(x[..., :1]),
-        torch.flatten(x), q.flatten(2), torch.flatten(x[..., None], 2),
-        x.size(1), x.size()[0] + x.dim() + x.ndimension() + x.numel() + torch.numel(x),
+        torch.transpose(x[..., None], 2, 3),
+        torch.swapaxes(x[..., None], -1, -2),
+        x[..., None].transpose(2, 3),
+        x[..., None].swapaxes(2, 3),
+        x.topk(1, dim=2),
+        torch.unsqueeze(x, 2).squeeze(2),
+        x.unsqueeze(-1).squeeze(),
+        torch.squeeze(x[..., :1]),
+        torch.flatten(x),
+        q.flatten(2),
+        torch.flatten(x[..., None], 2),
+        x.size(1),
+        x.size()[0] + x.dim() + x.ndimension() + x.numel() + torch.numel(x),
         x.nelement() + int(x.is_floating_point()) + int(torch.is_floating_point(x)),
-        x.cpu(), x.type_as(idx), F.embedding(idx, torch.ones(5, 2)), F.one_hot(idx, 5),
-        *[getattr(F, name)(target, x.with_values(torch.sigmoid(x.values))) for name in torchtable.LOSSES],
+        x.cpu(),
+        x.type_as(idx),
+        F.embedding(idx, torch.ones(5, 2)),
+        F.one_hot(idx, 5),
+        *[
+            getattr(F, name)(target, x.with_values(torch.sigmoid(x.values)))
+            for name in torchtable.LOSSES
+        ],
         F.mse_loss(x, y, reduction="none"),
         *[getattr(x, name)() for name in _pointwise.DTYPES],
     ]
@@ -693,11 +720,14 @@ def _group_calls(family_filter: Any) -> tuple[Any, Any]:
     rows = [
         (info, spelling)
         for info, _, spelling in OP_ROWS
-        if info is infos[info.spec.qualname] and torchtable.compiles(info)
+        if info is infos[info.spec.qualname]
+        and torchtable.compiles(info)
         and family_filter(info.spec.family)
     ]
     callers = [torchtable.spelled_op(info, spelling) for info, spelling in rows]
-    keywords: list[tuple[int, dict[str, Any]]] = []  # constants of the compiled function, not inputs
+    keywords: list[
+        tuple[int, dict[str, Any]]
+    ] = []  # constants of the compiled function, not inputs
 
     def build(lengths: list[int], seed: int) -> Any:
         gen = torch.Generator().manual_seed(seed)
@@ -712,7 +742,8 @@ def _group_calls(family_filter: Any) -> tuple[Any, Any]:
 
     def run(per_row: Any) -> Any:
         return tuple(
-            caller(*args, **kw[1]) for caller, args, kw in zip(callers, per_row, keywords, strict=True)
+            caller(*args, **kw[1])
+            for caller, args, kw in zip(callers, per_row, keywords, strict=True)
         )
 
     return run, build
@@ -807,7 +838,9 @@ def _run_pointwise(inputs: list[Any], template: list[Any]) -> Any:
 GROUPS = {
     "elementwise": lambda family: family == "elementwise",
     "reductions_and_more": lambda family: family in ("reductions", "normalization", "scans"),
-    "the_rest": lambda family: family not in ("elementwise", "reductions", "normalization", "scans"),
+    "the_rest": lambda family: (
+        family not in ("elementwise", "reductions", "normalization", "scans")
+    ),
 }
 
 

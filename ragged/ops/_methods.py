@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-from .. import _array
 from .._array import RaggedArray
 from . import _elementwise as ew
 from . import _torch
