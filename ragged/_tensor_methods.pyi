@@ -17,7 +17,6 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from ._array import RaggedArray
-    from ._shape import RaggedShape
 
 class TensorMethods:
     """The Tensor-style methods of RaggedArray (see docs/torch.md)."""
