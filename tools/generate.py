@@ -23,6 +23,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +283,14 @@ def _def(name: str, parts: list[str], returns: str) -> str:
 
 
 def _handler_stub(name: str, handler: object) -> list[str]:
+    """The stub of a ``torch_function`` handler, with its overloads if it has any."""
+    overloads = typing.get_overloads(handler)  # type: ignore[arg-type]
+    if overloads:
+        return [line for o in overloads for line in ["@overload", *_signature_stub(name, o)]]
+    return _signature_stub(name, handler)
+
+
+def _signature_stub(name: str, handler: object) -> list[str]:
     signature = inspect.signature(handler)  # type: ignore[arg-type]
     parts: list[str] = []
     keyword_only = False

@@ -32,7 +32,7 @@ import difflib
 import inspect
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,7 @@ from .._axes import normalize_axis
 from .._broadcast import align
 from .._partition import Partition, RowPartition
 from .._registry import CAST, IGNORED, REQUIRED, TorchArgs, TorchParam, refuse, torch_function
+from .._shape import RaggedShape
 from . import _elementwise as ew
 from . import _pointwise as _pointwise
 from ._attention import attention
@@ -652,6 +653,10 @@ def _flatten(input: RaggedArray, start_dim: int = 0, end_dim: int = -1) -> Any:
 # --- Tensor-style properties and conversions ----------------------------------------------------
 
 
+@overload
+def _size(self: RaggedArray, dim: None = None) -> RaggedShape: ...
+@overload
+def _size(self: RaggedArray, dim: int) -> int | Tensor: ...
 @torch_function(
     family="tensor",
     meaning="`x.size()`: the RaggedShape; `x.size(d)`: an int, or the lengths of a ragged axis",

@@ -20,8 +20,10 @@ from ..._registry import op
 from ...kernels._segment import Segments, gather, segment_amax, segment_amin, segment_sum
 from .._grouping import group
 from ._reduce import _ARGS, Axis, _ragged_result, reduce
+from ._typing import arg_reduction, reduction
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
@@ -51,6 +53,7 @@ def any(
     )
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
@@ -92,6 +95,7 @@ def _dense_bool(op: Callable[..., Tensor], v: Tensor, dims: tuple[int, ...], kee
     return out
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
@@ -178,6 +182,7 @@ def _arg(
     return _ragged_result(first, x, grouping.partition, [dim], (), keepdims)
 
 
+@arg_reduction
 @op(
     "reductions",
     rule=REDUCE,
@@ -200,6 +205,7 @@ def argmax(
     return _arg(argmax, x, axis, keepdims, fill_value, largest=True)
 
 
+@arg_reduction
 @op(
     "reductions",
     rule=REDUCE,

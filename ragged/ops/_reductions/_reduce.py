@@ -31,6 +31,7 @@ from ..._partition import Partition, RowPartition
 from ..._registry import op
 from ...kernels._segment import Segments, segment_amax, segment_amin, segment_prod, segment_sum
 from .._grouping import group
+from ._typing import reduction
 
 Axis = int | str | Sequence[int | str] | None
 SegmentFn = Callable[[Tensor, Segments], Tensor]
@@ -189,6 +190,7 @@ def _promoted(values: Tensor) -> Tensor:
     return values
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
@@ -238,6 +240,7 @@ def sum(
     )
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
@@ -274,6 +277,7 @@ def mean(
     )
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
@@ -333,6 +337,7 @@ def _extreme(
     )
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
@@ -355,6 +360,7 @@ def amax(
     return _extreme(amax, x, axis, keepdims, fill_value, largest=True)
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
@@ -375,6 +381,7 @@ def amin(
     return _extreme(amin, x, axis, keepdims, fill_value, largest=False)
 
 
+@reduction
 @op("reductions", rule=REDUCE, args=_ARGS)
 def max(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
@@ -388,6 +395,7 @@ def max(
     return _extreme(max, x, axis, keepdims, fill_value, largest=True)
 
 
+@reduction
 @op("reductions", rule=REDUCE, args=_ARGS)
 def min(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None

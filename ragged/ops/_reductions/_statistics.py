@@ -24,8 +24,11 @@ from ...kernels._segment import (
     segment_sum,
 )
 from ._reduce import _ARGS, Axis, _float_only, reduce
+from ._typing import moment, reduction
+from ._typing import norm as typed_norm
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
@@ -58,6 +61,7 @@ def logsumexp(
     )
 
 
+@moment
 @op(
     "reductions",
     rule=REDUCE,
@@ -117,6 +121,7 @@ def _dense_var(v: Tensor, dims: tuple[int, ...], keep: bool, correction: int | f
     return squares / dof if dof > 0 else torch.full_like(squares, torch.nan)
 
 
+@moment
 @op(
     "reductions",
     rule=REDUCE,
@@ -163,6 +168,7 @@ def _safe_root(total: Tensor, p: float) -> Tensor:
     return torch.where(torch.isnan(total), total, root)
 
 
+@typed_norm
 @op(
     "reductions",
     rule=REDUCE,
