@@ -922,3 +922,16 @@ def test_every_row_that_claims_compile_is_compiled() -> None:
     missing = [_torch.display_name(f) for f in claimed_fns - seen_fns]
     assert not missing, f"rows that claim compile but no compiled group calls: {missing}"
     assert claimed_methods - seen_methods == set()
+
+
+@pytest.mark.xfail(strict=True, reason="Dynamo (torch 2.13) looks for RaggedArrays in lists only")
+def test_cat_of_a_tuple_under_compile() -> None:
+    """Documented in docs/torch.md: pass torch.cat a list under torch.compile. This fails (and
+    the xfail passes) until Dynamo also looks into tuples; then the note can go."""
+    x = lengths_ragged([2, 0, 3])
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(lambda x: torch.cat((x, x), dim=1), backend="eager", fullgraph=True)
+        ragged.testing.assert_close(compiled(x), torch.cat([x, x], dim=1))
+    finally:
+        torch._dynamo.reset()

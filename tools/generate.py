@@ -410,7 +410,7 @@ The rules:
   `dim=-1`); an argument without a ragged counterpart is accepted at its default only
   (`torch.add(x, y, alpha=2)` is a TypeError that says so), and the ragged op's own extras are
   accepted by name (`x.sum(1, fill_value=-1.0)`). Errors carry torch's name and argument names:
-  `torch.softmax: \\`dim\\` cannot be the batch axis ...`.
+  ``torch.softmax: `dim` cannot be the batch axis ...``.
 - **Immutable**: `inplace=True` (`nn.ReLU(inplace=True)`) is computed out of place, and `out=`
   is refused. `x.requires_grad_()` sets the flag of the values (a leaf) in place and returns
   `x`, as torch does: the data and the partition do not change.
@@ -421,6 +421,12 @@ The rules:
   right, through `Tensor.__add__` and friends.
 - Type checkers read torch's own stubs for `torch.*` functions, which say `Tensor`: use the
   methods (`x.sum(1)`, typed precisely) or the `ragged.*` functions in checked code.
+- Under `torch.compile` (torch 2.13): give `torch.cat` and `torch.stack` a *list*
+  (`torch.cat([x, y])`), as Dynamo looks for RaggedArrays in lists but not in tuples;
+  `F.hardsigmoid` and `F.hardswish` run eagerly only (Dynamo dispatches only the functions torch
+  lists as overridable); and, as for dense tensors, `dynamic=True` turns a float module attribute
+  (`nn.LayerNorm`'s `eps`) into a graph input read back with `.item()`, which
+  `torch._dynamo.config.specialize_float = True` avoids.
 
 Any other torch function raises a TypeError that names it and the nearest ragged functions, or
 `ragged.map` (row-wise functions), `ragged.vmap` (a function of a whole segment) and
