@@ -18,6 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 import ragged
 from ragged.bench._report import Table, write_result
@@ -64,6 +66,10 @@ class Library:
 
     def grad_of_values(self, x: Any, leaf: torch.Tensor) -> list[torch.Tensor]:
         raise NotImplementedError
+
+    def parts(self, x: Any) -> list[torch.Tensor]:
+        """The segments of a batch that an op returned."""
+        return list(x.unbind())
 
 
 class Ragged(Library):
@@ -138,6 +144,9 @@ class DanLing(Library):
 
     def grad_of_values(self, x, leaf):
         return [t.grad if t.grad is not None else torch.zeros_like(t) for t in leaf]
+
+    def parts(self, x):
+        return list(x)
 
 
 REFERENCE = {"sum": 0.0, "mean": float("nan"), "max": float("-inf")}
@@ -294,6 +303,104 @@ def checks(lib: Library) -> dict[str, str]:
     return out
 
 
+def torch_function_checks(lib: Library) -> dict[str, str]:
+    """Plain torch code on the library's batch, each against a per-segment reference."""
+    segs = segments()
+    nonempty = [s for s in segs if s.shape[0]]
+    out: dict[str, str] = {}
+
+    def same_parts(got: Any, expected: list[torch.Tensor]) -> bool | str:
+        parts = lib.parts(got)
+        if len(parts) != len(expected):
+            return f"{len(parts)} segments, expected {len(expected)}"
+        return all(close(g, e) for g, e in zip(parts, expected, strict=True)) or "wrong values"
+
+    out["torch.exp, F.gelu (elementwise)"] = check(
+        lambda: same_parts(F.gelu(torch.exp(lib.build(segs))), [F.gelu(s.exp()) for s in segs])
+    )
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(D, 5), nn.GELU(), nn.LayerNorm(5)).double()
+    out["nn.Sequential(Linear, GELU, LayerNorm)"] = check(
+        lambda: same_parts(net(lib.build(segs)), [net(s) for s in segs])
+    )
+    out["torch.sum(x, dim=1)"] = check(
+        lambda: (
+            close(torch.sum(lib.build(segs), dim=1), reference_reduce(segs, "sum"))
+            or "wrong values"
+        )
+    )
+    out["torch.softmax(x, dim=1)"] = check(
+        lambda: (
+            all(
+                close(g, torch.softmax(s, 0))
+                for g, s in zip(lib.parts(torch.softmax(lib.build(segs), dim=1)), segs, strict=True)
+                if s.shape[0]
+            )
+            or "wrong values"
+        )
+    )
+    out["torch.cat([x, x], dim=1) (ragged axis)"] = check(
+        lambda: same_parts(
+            torch.cat([lib.build(segs), lib.build(segs)], dim=1), [torch.cat([s, s]) for s in segs]
+        )
+    )
+    out["torch.cat([x, x], dim=0) (batch axis)"] = check(
+        lambda: same_parts(torch.cat([lib.build(segs), lib.build(segs)], dim=0), segs + segs)
+    )
+
+    def embedding() -> bool | str:
+        ids = [torch.arange(n) % 3 for n in LENGTHS]
+        emb = nn.Embedding(3, D).double()
+        return same_parts(emb(lib.build(ids)), [emb(i) for i in ids])
+
+    out["nn.Embedding on integer ids"] = check(embedding)
+
+    def assert_close() -> bool | str:
+        torch.testing.assert_close(lib.build(segs), lib.build([s.clone() for s in segs]))
+        changed = [s.clone() for s in segs]
+        changed[-1][0, 0] += 1.0
+        try:
+            torch.testing.assert_close(lib.build(segs), lib.build(changed))
+        except AssertionError:
+            return True
+        return "a mismatch passed"
+
+    out["torch.testing.assert_close"] = check(assert_close)
+
+    def attention() -> bool | str:
+        x = lib.build(nonempty)
+        got = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+        expected = [
+            F.scaled_dot_product_attention(s[None], s[None], s[None], is_causal=True)[0]
+            for s in nonempty
+        ]
+        return same_parts(got, expected)
+
+    out["F.scaled_dot_product_attention (B, L*, E)"] = check(attention)
+
+    def compiled_module() -> bool | str:
+        torch._dynamo.reset()
+        graphs = []
+
+        def backend(gm: Any, example: Any) -> Any:
+            graphs.append(gm)
+            return gm.forward
+
+        fn = torch.compile(lambda x: net(x), backend=backend, dynamic=True)
+        gen = torch.Generator().manual_seed(1)
+        for lengths in ([3, 2, 4], [5, 1, 2, 2], [2, 6], [1, 3, 3, 3, 2]):
+            batch = [torch.randn(n, D, generator=gen, dtype=torch.float64) for n in lengths]
+            with ragged.dynamic_shapes() if isinstance(lib, Ragged) else contextlib.nullcontext():
+                result = fn(lib.build(batch))
+            if not all(close(g, net(s)) for g, s in zip(lib.parts(result), batch, strict=True)):
+                return "wrong values"
+        torch._dynamo.reset()
+        return True if len(graphs) == 1 else f"{len(graphs)} graphs for 4 batch shapes"
+
+    out["torch.compile(nn.Sequential): one graph across batches"] = check(compiled_module)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the result document here")
@@ -304,24 +411,37 @@ def main() -> None:
     if importlib.util.find_spec("danling") is not None:
         libraries.append(DanLing())
     results = {lib.name: checks(lib) for lib in libraries}
-    features = list(next(iter(results.values())))
-    table = Table(
-        f"Features, checked on a batch with lengths {LENGTHS} (float64) against per-segment references",
-        ["feature", *results],
-        [[f, *(results[name][f] for name in results)] for f in features],
-        [
-            f"torch {torch.__version__}"
-            + (
-                f", danling {importlib.metadata.version('danling')}"
-                if "DanLing NestedTensor" in results
-                else ", danling not installed"
-            ),
-            "'yes' means the result matched the reference; failures quote the error.",
-        ],
+    torch_results = {lib.name: torch_function_checks(lib) for lib in libraries}
+    versions = f"torch {torch.__version__}" + (
+        f", danling {importlib.metadata.version('danling')}"
+        if "DanLing NestedTensor" in results
+        else ", danling not installed"
     )
-    print(table.text())
+    notes = [versions, "'yes' means the result matched the reference; failures quote the error."]
+    tables = [
+        Table(
+            f"Features, checked on a batch with lengths {LENGTHS} (float64) against per-segment "
+            "references",
+            ["feature", *results],
+            [[f, *(r[f] for r in results.values())] for f in next(iter(results.values()))],
+            notes,
+        ),
+        Table(
+            "Plain torch code on the batch (torch functions, nn modules), against per-segment "
+            "references",
+            ["torch code", *torch_results],
+            [
+                [f, *(r[f] for r in torch_results.values())]
+                for f in next(iter(torch_results.values()))
+            ],
+            [*notes, "F is torch.nn.functional; every call is the plain torch spelling."],
+        ),
+    ]
+    for table in tables:
+        print(table.text())
+        print()
     if args.json:
-        write_result(args.json, "features", [table], quick=args.quick, metric="pass/fail checks")
+        write_result(args.json, "features", tables, quick=args.quick, metric="pass/fail checks")
 
 
 if __name__ == "__main__":

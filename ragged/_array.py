@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
+from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,12 +21,26 @@ from ._versions import Parameter
 _is_compiling = torch.compiler.is_compiling
 _inference_mode = torch.is_inference_mode_enabled
 
+if TYPE_CHECKING:
+    from ._tensor_methods import TensorMethods  # x.sum(dim, keepdim), x.exp(), ...: typing only
+else:
+    TensorMethods = object
+
 __all__ = ["RaggedArray"]
+
+# The dispatch table of ``RaggedArray.__torch_function__``: torch function -> its handler, which
+# takes torch's arguments. ``ragged.ops._torch.install`` fills it from the registry once the ops
+# have loaded (the class never imports its ops); the entry under ``None`` raises the error for a
+# function without a handler. ``TORCH_PYTHON_FUNCTIONS`` lists its entries whose keys are Python
+# functions, for the lookup by identity that torch.compile needs for some of them.
+TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {}
+TORCH_PYTHON_FUNCTIONS: list[tuple[Any, Callable[..., Any]]] = []
+_compiling = torch.compiler.is_compiling
 
 
 @public("arrays")
 @dataclasses.dataclass(frozen=True, eq=False, repr=False, init=False)
-class RaggedArray(Pickled):
+class RaggedArray(Pickled, TensorMethods):
     """An immutable array of logical shape ``(B, L*, *inner)`` whose axis 1 is ragged.
 
     Segment ``b`` is the dense tensor ``values[offsets[b]:offsets[b + 1]]`` of shape
@@ -321,6 +337,30 @@ class RaggedArray(Pickled):
     def __iter__(self) -> Any:
         return iter(self.unbind())
 
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """torch functions take RaggedArrays: ``torch.sum(x, dim=1)``, ``F.gelu(x)``,
+        ``nn.Linear(8, 4)(x)``; one dict lookup, then the handler generated from the op registry
+        (see ``docs/torch.md``, "torch functions on RaggedArrays").
+        """
+        if isinstance(func, FunctionType) and _compiling():
+            # Dynamo (torch 2.13) misses in a dict some Python functions it traces, such as the
+            # wrapper behind ``Tensor.__rdiv__`` that it calls for ``x / t``: compare by identity.
+            handler = next((h for f, h in TORCH_PYTHON_FUNCTIONS if f is func), None)
+        else:
+            handler = TORCH_FUNCTIONS.get(func)
+        if handler is None:
+            return TORCH_FUNCTIONS[None](func, args, kwargs)
+        if kwargs:
+            return handler(*args, **kwargs)
+        return handler(*args)
+
     def __repr__(self) -> str:
         return _format.format_array(self)
 
@@ -365,5 +405,13 @@ class RaggedArray(Pickled):
         def __rmatmul__(self, other: Any) -> RaggedArray: ...
         @property
         def mT(self) -> Any: ...
+        @property
+        def is_nested(self) -> bool: ...
 
     __hash__ = object.__hash__  # `==` is elementwise; identity hashing, as for torch.Tensor
+
+
+# A RaggedArray is a sequence of its segments (``len``, iteration, ``x[b]``): so
+# ``torch.testing.assert_close`` compares two of them segment by segment, and a mismatch names
+# the segment ("item [b]") and the row within it.
+Sequence.register(RaggedArray)

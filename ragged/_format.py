@@ -101,6 +101,5 @@ def shape_text(x: RaggedArray) -> str:
     """
     if x.values.device.type == "meta" or torch.compiler.is_compiling():
         parts = [x.num_segments, *["L*"] * x.ragged_ndim, *x.inner_shape]
-    else:
-        parts = x.shape.to_list()
-    return "(" + ", ".join(map(str, parts)) + ")"
+        return "(" + ", ".join(map(str, parts)) + ")"
+    return x.shape.text()  # long lists of lengths summarised

@@ -14,7 +14,12 @@ section. From these declarations come:
 * ``docs/api.md`` (the support matrix) and the reference pages and their navigation
   (``tools/generate.py``);
 * the coverage tests (``tests/test_registry.py``): a public callable that is not declared, or a
-  declared op without an op-table entry, fails the suite.
+  declared op without an op-table entry, fails the suite;
+* the torch-native door (``ragged/ops/_torch.py``): the ``torch`` functions and ``Tensor``
+  methods an op answers (``torch=``, ``methods=``, with torch's spelling of its arguments in
+  ``torch_args=``), and those answered without an op of their own (``torch_function``: the
+  pointwise functions, ``torch.max`` with indices, ...), become the dispatch table of
+  ``RaggedArray.__torch_function__``, the Tensor-style methods and ``docs/torch.md``.
 
 ``@public`` returns its object unchanged. ``@op`` returns the function itself when the op checks
 its arguments' version counters on its own hot path (``checks=True``: the elementwise ops, the
@@ -31,6 +36,7 @@ tensors raises instead of giving wrong results).
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -49,12 +55,18 @@ __all__ = [
     "Arg",
     "Entry",
     "OpSpec",
+    "TorchArgs",
+    "TorchParam",
+    "TorchSpec",
     "entries",
     "get",
     "lookup",
     "op",
     "ops",
     "public",
+    "refuse",
+    "torch_function",
+    "torch_functions",
 ]
 
 T = TypeVar("T")
@@ -135,6 +147,95 @@ class Entry:
         return f"{self.namespace}.{self.name}"
 
 
+# --- torch's spelling of an op's arguments -----------------------------------------------------
+
+REQUIRED: Any = inspect.Parameter.empty  # a torch parameter without a default
+CAST = "<cast>"  # ``dtype=``: the input is cast to it first, as torch does
+IGNORED = "<ignored>"  # accepted and ignored (``_stacklevel``)
+# torch's names for the op's parameters, where they differ ("input" and "other" are the op's
+# first and second parameters).
+TORCH_NAMES = {"dim": "axis", "keepdim": "keepdims", "tensors": "arrays"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchParam:
+    """One parameter of a torch function, and where it goes in the op's call.
+
+    Attributes:
+        name: torch's name (``dim``).
+        target: the op's parameter it maps onto (``axis``); ``CAST`` for ``dtype=`` (the input
+            is cast first); ``IGNORED``; ``None``: no counterpart, so only its default is
+            accepted (another value is a TypeError that says so).
+        default: torch's default (``REQUIRED`` if none). A mapped parameter that the caller
+            omits is passed with torch's default, so torch's defaults hold (``torch.sort``
+            sorts along ``dim=-1``).
+        positional: it may be passed by position (it comes before the ``*``).
+        variadic: it collects the remaining positional arguments (``*operands``).
+    """
+
+    name: str
+    target: str | None
+    default: Any = REQUIRED
+    positional: bool = True
+    variadic: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchArgs:
+    """torch's signature of an op, as declared in ``torch_args="input, dim=None, *, dtype=None"``.
+
+    Items are torch's parameter names in torch's order, with torch's defaults (Python literals)
+    and ``*`` before the keyword-only ones; ``name->target`` maps a parameter onto the op's
+    parameter ``target`` explicitly. Otherwise: a name the op has maps onto itself; ``input``
+    (or ``self``) and ``other`` onto the op's first and second parameters; ``dim``, ``keepdim``
+    and ``tensors`` onto ``axis``, ``keepdims`` and ``arrays``; ``dtype`` casts the input;
+    ``_stacklevel`` is ignored; any other name has no counterpart (its default only).
+
+    >>> import ragged
+    >>> args = TorchArgs.parse(ragged.sum, "input, dim=None, keepdim=False, *, dtype=None")
+    >>> [(p.name, p.target, p.default) for p in args.params]
+    [('input', 'x', <class 'inspect._empty'>), ('dim', 'axis', None), ('keepdim', 'keepdims', False), ('dtype', '<cast>', None)]
+    """
+
+    params: tuple[TorchParam, ...]
+
+    @staticmethod
+    def parse(fn: Callable[..., Any], text: str) -> TorchArgs:
+        """Parse ``text`` against the signature of the op ``fn``."""
+        names = list(inspect.signature(fn).parameters)
+        params = []
+        keyword_only = False
+        for item in filter(None, (s.strip() for s in text.split(","))):
+            if item == "*":
+                keyword_only = True
+                continue
+            variadic = item.startswith("*")
+            head, eq, default_text = item.lstrip("*").partition("=")
+            name, arrow, explicit = (s.strip() for s in head.partition("->"))
+            default = ast.literal_eval(default_text.strip()) if eq else REQUIRED
+            target = explicit or None if arrow else _torch_target(name, names)
+            if arrow and explicit and explicit not in names:
+                raise ValueError(f"{fn}: torch argument {name!r} maps onto unknown {explicit!r}")
+            params.append(TorchParam(name, target, default, not keyword_only, variadic))
+            keyword_only = keyword_only or variadic
+        return TorchArgs(tuple(params))
+
+
+def _torch_target(name: str, names: list[str]) -> str | None:
+    if name in names:
+        return name
+    if name in ("input", "self"):
+        return names[0]
+    if name == "other":
+        return names[1]
+    if name == "dtype":
+        return CAST
+    if name == "_stacklevel":
+        return IGNORED
+    target = TORCH_NAMES.get(name)
+    return target if target in names else None
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class OpSpec(Entry):
     """A public op (``section`` is its family).
@@ -143,21 +244,65 @@ class OpSpec(Entry):
         rule: its axis-name rule (``ragged._axes``).
         args: the declared arguments, in signature order.
         torch: the ``torch`` functions it corresponds to (``torch.sum``, ``F.softmax``, ...).
-        methods: the ``Tensor`` method names it corresponds to (``"sum"``, ...).
+        methods: the ``Tensor`` method names it corresponds to (``"sum"``, ...); RaggedArray
+            has them, with torch's arguments.
+        torch_args: torch's signature for each of ``torch`` (and, last, the one the methods
+            use), mapped onto the op's.
     """
 
     rule: AxisRule = dataclasses.field(default=None)  # type: ignore[assignment]
     args: tuple[Arg, ...] = ()
     torch: tuple[Any, ...] = ()
     methods: tuple[str, ...] = ()
+    torch_args: tuple[TorchArgs, ...] = ()
 
     @property
     def family(self) -> str:
         """The op's family (a key of ``FAMILIES``)."""
         return self.section
 
+    def torch_signature(self, fn: Any) -> TorchArgs:
+        """torch's signature of ``fn`` (one of ``torch``), or the methods' (``fn=None``)."""
+        for candidate, args in zip(self.torch, self.torch_args, strict=False):
+            if candidate is fn:
+                return args
+        return self.torch_args[-1]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TorchSpec:
+    """torch functions and Tensor methods answered without an op of their own.
+
+    Declared with ``torch_function`` next to their handler (``ragged/ops/_pointwise.py`` for
+    the pointwise functions, ``ragged/ops/_torch.py`` for the others).
+
+    Attributes:
+        fns: the torch callables (``torch.exp``, ``torch.nn.functional.gelu``).
+        methods: the RaggedArray methods with this meaning (``"exp"``).
+        handler: called with torch's arguments (a method gets ``self`` first); ``None`` for a
+            function that RaggedArrays refuse with ``hint``.
+        family: where its row goes in ``docs/torch.md`` (a key of ``FAMILIES``, or
+            ``"tensor"`` for conversions and properties).
+        meaning: what it computes on a RaggedArray, for the docs.
+        see: the ragged functions it relates to (``"ragged.amax"``), for the docs.
+        hint: for a refused function, what to use instead (the end of its TypeError).
+        grad: differentiable (the docs and the tests read it).
+        compile: traced into one graph by ``torch.compile`` (the docs and the tests read it).
+    """
+
+    fns: tuple[Any, ...]
+    methods: tuple[str, ...]
+    handler: Callable[..., Any] | None
+    family: str
+    meaning: str
+    see: tuple[str, ...] = ()
+    hint: str = ""
+    grad: bool = True
+    compile: bool = True
+
 
 _ENTRIES: dict[str, Entry] = {}
+_TORCH: list[TorchSpec] = []
 
 
 def _parse_args(name: str, fn: Callable[..., Any], schema: str) -> tuple[Arg, ...]:
@@ -192,6 +337,7 @@ def op(
     args: str,
     torch: tuple[Any, ...] = (),
     methods: tuple[str, ...] = (),
+    torch_args: str = "",
     name: str | None = None,
     namespace: str = "ragged",
     checks: bool = False,
@@ -203,8 +349,12 @@ def op(
         rule: its axis-name rule, one of ``ragged._axes``'s rules.
         args: its arguments as ``"name: kind"`` items (``?`` marks optional ones; see
             ``KINDS``), checked against the signature when the module loads.
-        torch: the ``torch`` functions it corresponds to.
-        methods: the ``Tensor`` methods it corresponds to.
+        torch: the ``torch`` functions it answers (``RaggedArray.__torch_function__``); an item
+            ``(fn, "signature")`` gives ``fn`` its own signature instead of ``torch_args``.
+        methods: the ``Tensor`` methods it answers: RaggedArray gets them, with torch's
+            arguments.
+        torch_args: torch's signature (see ``TorchArgs``); required with ``torch`` or
+            ``methods``.
         name: the public name, if not the function's.
         namespace: where users find it: ``ragged`` for functions, ``RaggedArray`` for an op that
             is only a method (``x[...]``).
@@ -216,9 +366,18 @@ def op(
 
     def declare(fn: T) -> T:
         public_name = name or fn.__name__  # type: ignore[attr-defined]
+        if (torch or methods) and not torch_args:
+            raise ValueError(f"{public_name}: `torch` and `methods` need `torch_args`")
         declared = _parse_args(public_name, fn, args)  # type: ignore[arg-type]
         obj = fn if checks else _checked(fn, declared)  # type: ignore[arg-type]
-        spec = OpSpec(public_name, namespace, obj, family, rule, declared, torch, methods)
+        fns = tuple(item[0] if isinstance(item, tuple) else item for item in torch)
+        signatures = tuple(
+            TorchArgs.parse(fn, item[1] if isinstance(item, tuple) else torch_args)  # type: ignore[arg-type]
+            for item in torch
+        )
+        if torch_args:
+            signatures += (TorchArgs.parse(fn, torch_args),)  # type: ignore[arg-type]
+        spec = OpSpec(public_name, namespace, obj, family, rule, declared, fns, methods, signatures)
         _register(spec)
         return obj  # type: ignore[return-value]
 
@@ -282,6 +441,42 @@ def public(section: str, *, namespace: str = "ragged", name: str | None = None) 
         return obj
 
     return declare
+
+
+def torch_function(
+    *fns: Any,
+    family: str,
+    meaning: str,
+    methods: tuple[str, ...] = (),
+    see: tuple[str, ...] = (),
+    grad: bool = True,
+    compile: bool = True,
+) -> Callable[[T], T]:
+    """Declare the handler of torch functions (and Tensor methods) that no op answers.
+
+    The handler takes torch's arguments (``self`` first for a method) and returns the result;
+    it is entered in the dispatch table of ``RaggedArray.__torch_function__`` for each of
+    ``fns`` and installed as each of ``methods``. See ``TorchSpec`` for the other fields.
+    """
+    if family not in FAMILIES and family != "tensor":
+        raise ValueError(f"unknown family {family!r}")
+
+    def declare(handler: T) -> T:
+        spec = TorchSpec(fns, methods, handler, family, meaning, see, "", grad, compile)  # type: ignore[arg-type]
+        _TORCH.append(spec)
+        return handler
+
+    return declare
+
+
+def refuse(*fns: Any, family: str, hint: str, see: tuple[str, ...] = ()) -> None:
+    """Declare torch functions that RaggedArrays refuse, and what to use instead (``hint``)."""
+    _TORCH.append(TorchSpec(fns, (), None, family, "not supported", see, hint, False, False))
+
+
+def torch_functions() -> list[TorchSpec]:
+    """Every ``torch_function`` and ``refuse`` declaration, in declaration order."""
+    return list(_TORCH)
 
 
 def entries(namespace: str | None = None) -> list[Entry]:

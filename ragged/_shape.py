@@ -89,5 +89,31 @@ class RaggedShape:
         out.extend(self._inner)
         return out
 
+    def text(self) -> str:
+        """The shape as ``(B, [lengths], *inner)``; a ragged axis with more than ``SUMMARY``
+        lengths (in one list) shows its first and last three and ``...``, as torch prints long
+        tensors (it reads all the lengths, one transfer).
+
+        >>> import ragged, torch
+        >>> x = ragged.from_lengths(torch.zeros(500500, 2), torch.arange(1, 1001))
+        >>> x.shape
+        RaggedShape(1000, [1, 2, 3, ..., 998, 999, 1000], 2)
+        """
+        return "(" + ", ".join(_summary(part) for part in self.to_list()) + ")"
+
     def __repr__(self) -> str:
-        return f"RaggedShape({', '.join(map(str, self.to_list()))})"
+        return "RaggedShape" + self.text()
+
+
+SUMMARY = 20  # lengths shown in full in one list; more show the first and last EDGE
+EDGE = 3
+
+
+def _summary(part: int | list) -> str:
+    """``str(part)`` with long lists (at every depth) cut to their edges."""
+    if not isinstance(part, list):
+        return str(part)
+    items = [_summary(p) for p in part]
+    if len(items) > SUMMARY:
+        items = [*items[:EDGE], "...", *items[-EDGE:]]
+    return "[" + ", ".join(items) + "]"

@@ -70,3 +70,15 @@ def test_sampler_example_agrees_with_the_nonzero_sampler():
     out = run_example("sampler.py")
     assert "per-segment counts match: True (both equal min(k, L_b): True)" in out, out
     assert "ragged.sample_mask (sync-free)" in out
+
+
+def test_torch_native_example_learns():
+    out = run_example("torch_native.py")
+    before = float(out.splitlines()[0].split(": ")[1])
+    accuracies = [
+        float(line.split("test accuracy ")[1])
+        for line in out.splitlines()
+        if line.startswith("epoch")
+    ]
+    assert len(accuracies) == 3 and max(accuracies) > before + 0.2, out
+    assert "tokens/s (eager)" in out

@@ -7,7 +7,10 @@ Usage: ``python tools/generate.py`` from the repository root. It writes
   (``tests/optable/``);
 * ``docs/reference/*.md``: one reference page per family and section, one ``:::`` block per
   declared name;
-* the ``Reference`` part of the ``nav`` in ``mkdocs.yml``.
+* the ``Reference`` part of the ``nav`` in ``mkdocs.yml``;
+* ``ragged/_tensor_methods.pyi``: the type stubs of RaggedArray's Tensor-style methods (from the
+  ops' ``methods=`` with torch's spelling of their arguments, and from ``torch_function``);
+* ``docs/torch.md``: the table of torch functions on RaggedArrays.
 
 ``tests/test_registry.py`` fails when any of them is out of date.
 """
@@ -15,9 +18,14 @@ Usage: ``python tools/generate.py`` from the repository root. It writes
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
+import re
+import subprocess
 import sys
+import typing
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -213,12 +221,371 @@ def render_api() -> str:
     return "\n".join(parts)
 
 
+# --- the type stubs of the Tensor-style methods -------------------------------------------------
+
+# Annotations of the ops that _tensor_methods.py spells out.
+ALIASES = {"Axis": "int | str | Sequence[int | str] | None"}
+REDUCTION_OVERLOADS = [
+    ("dim: None = None", "Tensor"),
+    ("dim: Literal[1]", "Tensor"),
+    ("dim: int | str | Sequence[int | str]", "Tensor | RaggedArray"),
+]
+
+
+def _annotation(text: object) -> str:
+    """An annotation as written in ``_tensor_methods.py``, whose methods ``int``, ``float`` and
+    ``bool`` shadow the builtins inside the class."""
+    if text is inspect.Parameter.empty:
+        return "Any"
+    text = ALIASES.get(str(text), str(text))
+    return re.sub(r"\b(int|float|bool)\b", r"builtins.\1", text)
+
+
+def _op_stub(name: str, spec: _registry.OpSpec) -> list[str]:
+    """``def name(self, ...)`` in torch's spelling of ``spec``'s arguments."""
+    signature = inspect.signature(spec.obj)
+    args = spec.torch_signature(None)
+    parts: list[str] = []
+    keyword_only = False
+    for param in args.params[1:]:
+        if param.target == _registry.IGNORED:
+            continue
+        if param.variadic:
+            parts.append(f"*{param.name}: Any")
+            keyword_only = True
+            continue
+        if not param.positional and not keyword_only:
+            parts.append("*")
+            keyword_only = True
+        if param.target == _registry.CAST:
+            annotation = "torch.dtype | None"
+        elif param.target is None:
+            annotation = "Any"
+        else:
+            annotation = _annotation(signature.parameters[param.target].annotation)
+        default = "" if param.default is _registry.REQUIRED else f" = {param.default!r}"
+        parts.append(f"{param.name}: {annotation}{default}")
+    returns = _annotation(signature.return_annotation)
+    if spec.rule.kind == "remove" and parts and parts[0].startswith("dim:"):
+        lines = []
+        rest = [p for p in parts[1:]]
+        for dim, result in REDUCTION_OVERLOADS:
+            if "= None" in dim and "= None" not in parts[0]:
+                continue
+            typed = re.sub(r"\b(int|float|bool)\b", r"builtins.\1", dim)
+            lines += ["@overload", _def(name, [typed, *rest], result)]
+        return lines
+    return [_def(name, parts, returns)]
+
+
+def _def(name: str, parts: list[str], returns: str) -> str:
+    return f"def {name}(self{''.join(', ' + p for p in parts)}) -> {returns}: ..."
+
+
+def _handler_stub(name: str, handler: object) -> list[str]:
+    """The stub of a ``torch_function`` handler, with its overloads if it has any."""
+    overloads = typing.get_overloads(handler)  # type: ignore[arg-type]
+    if overloads:
+        return [line for o in overloads for line in ["@overload", *_signature_stub(name, o)]]
+    return _signature_stub(name, handler)
+
+
+def _signature_stub(name: str, handler: object) -> list[str]:
+    signature = inspect.signature(handler)  # type: ignore[arg-type]
+    parts: list[str] = []
+    keyword_only = False
+    for param in list(signature.parameters.values())[1:]:
+        annotation = _annotation(param.annotation)
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            parts.append(f"*{param.name}: {annotation}")
+            keyword_only = True
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            parts.append(f"**{param.name}: {annotation}")
+        else:
+            if param.kind is inspect.Parameter.KEYWORD_ONLY and not keyword_only:
+                parts.append("*")
+                keyword_only = True
+            default = "" if param.default is inspect.Parameter.empty else f" = {param.default!r}"
+            parts.append(f"{param.name}: {annotation}{default}")
+    return [_def(name, parts, _annotation(signature.return_annotation))]
+
+
+def method_stubs() -> dict[str, list[str]]:
+    """Method name -> its stub lines, for every generated Tensor-style method."""
+    declared()
+    stubs: dict[str, list[str]] = {}
+    for spec in _registry.ops():
+        for name in spec.methods:
+            stubs[name] = _op_stub(name, spec)
+    for entry in _registry.torch_functions():
+        for name in entry.methods:
+            stubs[name] = _handler_stub(name, entry.handler)
+    return dict(sorted(stubs.items()))
+
+
+def render_tensor_methods() -> str:
+    lines = [
+        '"""Type stubs of RaggedArray\'s Tensor-style methods (``x.sum(dim, keepdim)``, ``x.exp()``).',
+        "",
+        "Generated from the registry by ``python tools/generate.py``; do not edit. The methods are",
+        "installed by ``ragged.ops._methods`` (with torch's spelling of each op's arguments); this",
+        "class only tells type checkers about them (``RaggedArray`` derives from it under",
+        "``TYPE_CHECKING``).",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "import builtins",
+        "from collections.abc import Sequence",
+        "from typing import TYPE_CHECKING, Any, Literal, overload",
+        "",
+        "import torch",
+        "from torch import Tensor",
+        "",
+        "if TYPE_CHECKING:",
+        "    from ._array import RaggedArray",
+        "    from ._shape import RaggedShape",
+        "",
+        "",
+        "class TensorMethods:",
+        '    """The Tensor-style methods of RaggedArray (see docs/torch.md)."""',
+        "",
+    ]
+    for stub in method_stubs().values():
+        lines += ["    " + line for line in stub]
+    return _formatted("\n".join(lines) + "\n", "ragged/_tensor_methods.pyi")
+
+
+def _formatted(text: str, path: str) -> str:
+    """``text`` as ``ruff format`` writes it (the checks run ``ruff format --check``)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--stdin-filename", path, "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return out.stdout
+
+
+# --- docs/torch.md: torch functions on RaggedArrays ---------------------------------------------
+
+TORCH_INTRO = """# torch functions on RaggedArrays
+
+Plain torch code takes RaggedArrays: `torch` functions, `torch.nn.functional`, Tensor-style
+methods and `nn` modules built from them (`nn.Linear`, `nn.Embedding`, `nn.LayerNorm`,
+`nn.RMSNorm`, activations, `nn.Dropout`, `nn.Sequential` of these, your own modules):
+
+```python
+>>> import ragged, torch
+>>> from torch import nn
+>>> x = ragged.from_lengths(torch.randn(5, 4), [2, 0, 3])  # (B=3, L*, 4)
+>>> net = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.LayerNorm(8))
+>>> h = net(x)
+>>> h.shape, h.partition is x.partition
+(RaggedShape(3, [2, 0, 3], 8), True)
+>>> weights = torch.softmax(h.sum(dim=2, keepdim=True), dim=1)  # over each segment's rows
+>>> torch.sum(weights * h, dim=1).shape  # pooled: dense (B, 8)
+torch.Size([3, 8])
+
+```
+
+How it works: `RaggedArray.__torch_function__` looks the function up in one dict, generated
+from the op registry (each op declares the torch functions and Tensor methods it answers, with
+torch's spelling of its arguments), and calls the ragged op; pointwise functions run on the
+values and keep the partition. The same code runs eagerly, under `torch.func` (`grad`,
+`functional_call`, `vmap` over stacked parameters) and under
+`torch.compile(fullgraph=True, dynamic=True)` with one graph across batch sizes and lengths.
+
+The rules:
+
+- **`dim` is the logical axis**: 0 the batch axis, 1 the ragged axis, then the inner axes;
+  negative counts from the end (`dim=-1` is the last inner axis of `(B, L*, D)`). A
+  RaggedArray `(B, L*, D)` means what a padded `(B, L, D)` tensor would, without the padding:
+  every function acts on each segment as torch would on that segment alone. Reducing `dim=1`
+  gives a dense `(B, ...)` tensor; empty segments get the reduction's identity (or NaN where it
+  has none: `mean`, `var`), as the ragged ops document.
+- **Arguments keep torch's names and defaults** (`dim`, `keepdim`, `dtype`, `torch.sort`'s
+  `dim=-1`); an argument without a ragged counterpart is accepted at its default only
+  (`torch.add(x, y, alpha=2)` is a TypeError that says so), and the ragged op's own extras are
+  accepted by name (`x.sum(1, fill_value=-1.0)`). Errors carry torch's name and argument names:
+  ``torch.softmax: `dim` cannot be the batch axis ...``.
+- **Immutable**: `inplace=True` (`nn.ReLU(inplace=True)`) is computed out of place, and `out=`
+  is refused. `x.requires_grad_()` sets the flag of the values (a leaf) in place and returns
+  `x`, as torch does: the data and the partition do not change.
+- `torch.testing.assert_close(x, y)` compares two RaggedArrays segment by segment (a
+  RaggedArray is a sequence of its segments): a mismatch names the segment (`item [b]`) and the
+  row and column within it; `torch.allclose` and `torch.equal` compare partitions by value.
+- A dense tensor on the left of an operator (`t + x`, `t * x`, `t @ x`, `t < x`) works as on the
+  right, through `Tensor.__add__` and friends.
+- Type checkers read torch's own stubs for `torch.*` functions, which say `Tensor`: use the
+  methods (`x.sum(1)`, typed precisely) or the `ragged.*` functions in checked code.
+- Under `torch.compile` (torch 2.13): give `torch.cat` and `torch.stack` a *list*
+  (`torch.cat([x, y])`), as Dynamo looks for RaggedArrays in lists but not in tuples;
+  `F.hardsigmoid` and `F.hardswish` run eagerly only (Dynamo dispatches only the functions torch
+  lists as overridable); and, as for dense tensors, `dynamic=True` turns a float module attribute
+  (`nn.LayerNorm`'s `eps`) into a graph input read back with `.item()`, which
+  `torch._dynamo.config.specialize_float = True` avoids.
+
+Any other torch function raises a TypeError that names it and the nearest ragged functions, or
+`ragged.map` (row-wise functions), `ragged.vmap` (a function of a whole segment) and
+`x.with_values(...)`. `F` is `torch.nn.functional`; *grad*: differentiable (tested with
+gradcheck); *compile*: traced into one graph with no host sync (tested). Generated by
+`python tools/generate.py` from the registry; every row is tested in `tests/test_torch.py`.
+"""
+
+TORCH_SECTIONS = {
+    **{k: v[0] for k, v in _registry.FAMILIES.items()},
+    "tensor": "Tensor-style properties and conversions",
+}
+
+
+def torch_label(fn: object) -> str:
+    """How the docs write a torch callable: ``torch.sum``, ``F.gelu``, ``Tensor.add``."""
+    import torch
+
+    name = torch.overrides.resolve_name(fn) or getattr(fn, "__qualname__", repr(fn))
+    name = name.replace("torch.functional.", "torch.")  # torch.norm
+    return name.replace("torch.nn.functional.", "F.").replace("torch.Tensor.", "Tensor.")
+
+
+def _compact(fns: tuple, methods: tuple) -> str:
+    """Many functions of one meaning: ``torch.``: `exp`, `log`; ``F.``: `gelu`; methods."""
+    groups: dict[str, list[str]] = {}
+    for fn in fns:
+        namespace, _, name = torch_label(fn).rpartition(".")
+        groups.setdefault(namespace, []).append(f"`{name}`")
+    parts = [f"`{ns}.`: {', '.join(dict.fromkeys(names))}" for ns, names in groups.items()]
+    if methods:
+        parts.append("and the methods `x.<name>()` of " + ", ".join(f"`{m}`" for m in methods))
+    return "; ".join(parts)
+
+
+def _functions(fns: tuple, methods: tuple) -> str:
+    names = [f"`{torch_label(f)}`" for f in fns] + [f"`x.{m}()`" for m in methods]
+    return ", ".join(dict.fromkeys(names))
+
+
+def _ragged_links(names: tuple) -> str:
+    links = []
+    for name in names:
+        try:
+            entry = _registry.get(name)
+        except KeyError:
+            links.append(f"`{name}`")
+            continue
+        links.append(f"[`{entry.qualname}`]({anchor(entry)})")
+    return ", ".join(links)
+
+
+def _mapping(spec: _registry.OpSpec) -> str:
+    args = spec.torch_signature(spec.torch[0] if spec.torch else None)
+    pairs = [
+        f"`{p.name}`→`{p.target}`"
+        for p in args.params
+        if p.target
+        and p.target not in (_registry.CAST, _registry.IGNORED)
+        and p.name != p.target
+        and p is not args.params[0]
+    ]
+    return f" ({', '.join(pairs)})" if pairs else ""
+
+
+def _first_line(obj: object) -> str:
+    return (inspect.getdoc(obj) or "").split("\n\n")[0].replace("\n", " ").strip()
+
+
+def torch_rows() -> dict[str, list[tuple[str, str, str, bool, bool]]]:
+    """Section -> rows (functions, meaning, ragged functions, grad, compile)."""
+    declared()
+    table: dict[str, Any] = {}
+    for op in all_ops():
+        table.setdefault(op.spec.qualname, op)  # the first entry of each op (tests/torchtable.py)
+    rows: dict[str, list[tuple[str, str, str, bool, bool]]] = {k: [] for k in TORCH_SECTIONS}
+    for spec in _registry.ops():
+        if not (spec.torch or spec.methods):
+            continue
+        info = table[spec.qualname]
+        link = _ragged_links((spec.qualname,)) + _mapping(spec)
+        compiled = info.compile and not info.data_dependent
+        row = (
+            _functions(spec.torch, spec.methods),
+            _first_line(spec.obj),
+            link,
+            info.grad,
+            compiled,
+        )
+        rows[spec.family].append(row)
+    grouped: dict[tuple[str, str], list] = {}
+    for entry in _registry.torch_functions():
+        if entry.handler is None:
+            continue
+        key = (entry.family, entry.meaning)
+        if entry.see == ("ragged.apply",):  # the pointwise table: one row per meaning
+            grouped.setdefault(key, []).append(entry)
+            continue
+        rows[entry.family].append(
+            (
+                _functions(entry.fns, entry.methods),
+                entry.meaning,
+                _ragged_links(entry.see),
+                entry.grad,
+                entry.compile,
+            )
+        )
+    for (family, meaning), entries in grouped.items():
+        fns = tuple(f for e in entries for f in e.fns)
+        methods = tuple(m for e in entries for m in e.methods)
+        grad = all(e.grad for e in entries)
+        text = meaning
+        link = _ragged_links(("ragged.apply",))
+        rows[family].append((_compact(fns, methods), text, link, grad, True))
+    return rows
+
+
+def refused_rows() -> list[tuple[str, str]]:
+    declared()
+    return [
+        (_functions(e.fns, ()), e.hint) for e in _registry.torch_functions() if e.handler is None
+    ]
+
+
+def render_torch_page() -> str:
+    lines = [TORCH_INTRO]
+    for key, rows in torch_rows().items():
+        if not rows:
+            continue
+        lines += [f"## {TORCH_SECTIONS[key]}", ""]
+        lines += [
+            "| torch | meaning on a RaggedArray | ragged | grad | compile |",
+            "|---|---|---|:-:|:-:|",
+        ]
+        for functions, meaning, ragged_fns, grad, compiled in rows:
+            flags = " | ".join(YES if f else NO for f in (grad, compiled))
+            lines.append(f"| {functions} | {meaning} | {ragged_fns} | {flags} |")
+        lines.append("")
+    lines += [
+        "## Not supported",
+        "",
+        "These raise a TypeError whose message ends with the advice below; any function not on",
+        "this page raises one that names the nearest ragged functions.",
+        "",
+        "| torch | instead |",
+        "|---|---|",
+    ]
+    lines += [f"| {functions} | {hint} |" for functions, hint in refused_rows()]
+    return "\n".join(lines) + "\n"
+
+
 def outputs() -> dict[Path, str]:
     """Every generated file and its content."""
     files = {
         ROOT / "ragged" / "ops" / "__init__.py": render_ops_init(),
         ROOT / "docs" / "api.md": render_api(),
         ROOT / "mkdocs.yml": render_mkdocs((ROOT / "mkdocs.yml").read_text()),
+        ROOT / "ragged" / "_tensor_methods.pyi": render_tensor_methods(),
+        ROOT / "docs" / "torch.md": render_torch_page(),
     }
     files.update({ROOT / path: text for path, text in render_reference().items()})
     return files

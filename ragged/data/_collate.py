@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import torch
 from torch import Tensor
@@ -31,6 +31,19 @@ from .._registry import public
 __all__ = ["collate"]
 
 Path = tuple[Hashable, ...]
+
+
+K = TypeVar("K")
+
+
+@overload
+def collate(samples: Sequence[Tensor], *, ragged_keys: None = None) -> RaggedArray: ...
+@overload
+def collate(
+    samples: Sequence[Mapping[K, Any]], *, ragged_keys: Iterable[Any] | None = None
+) -> dict[K, Any]: ...
+@overload
+def collate(samples: Sequence[Any], *, ragged_keys: Iterable[Any] | None = None) -> Any: ...
 
 
 @public("data", namespace="ragged.data")

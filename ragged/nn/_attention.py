@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -153,6 +153,12 @@ class RaggedMultiheadAttention(torch.nn.Module):
         if self.in_proj_bias is not None:
             torch.nn.init.zeros_(self.in_proj_bias)
             torch.nn.init.zeros_(self.out_proj.bias)
+
+    if TYPE_CHECKING:  # typed calls (nn.Module.__call__ is Any)
+
+        def __call__(
+            self, x: RaggedArray, pair_bias: RaggedArray | None = None, *, causal: bool = False
+        ) -> RaggedArray: ...
 
     def forward(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +28,14 @@ class RaggedLayerNorm(torch.nn.LayerNorm):
     >>> y.partition is x.partition, torch.allclose(y.values, torch.nn.LayerNorm(4)(x.values))
     (True, True)
     """
+
+    if TYPE_CHECKING:  # module calls are typed by their input (nn.Module.__call__ is Any)
+
+        @overload
+        def __call__(self, input: RaggedArray) -> RaggedArray: ...
+        @overload
+        def __call__(self, input: Tensor) -> Tensor: ...
+        def __call__(self, input: Any) -> Any: ...
 
     def forward(self, input: Any) -> Any:
         if isinstance(input, RaggedArray):

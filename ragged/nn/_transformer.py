@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -106,6 +106,12 @@ class RaggedTransformerEncoderLayer(torch.nn.Module):
             activation = _ACTIVATIONS[activation]
         self.activation = activation
 
+    if TYPE_CHECKING:  # typed calls (nn.Module.__call__ is Any)
+
+        def __call__(
+            self, src: RaggedArray, pair_bias: RaggedArray | None = None, *, causal: bool = False
+        ) -> RaggedArray: ...
+
     def forward(
         self,
         src: RaggedArray,
@@ -176,6 +182,12 @@ class RaggedTransformerEncoder(torch.nn.Module):
         self.layers = torch.nn.ModuleList(copy.deepcopy(encoder_layer) for _ in range(num_layers))
         self.num_layers = num_layers
         self.norm = norm
+
+    if TYPE_CHECKING:  # typed calls (nn.Module.__call__ is Any)
+
+        def __call__(
+            self, src: RaggedArray, pair_bias: RaggedArray | None = None, *, causal: bool = False
+        ) -> RaggedArray: ...
 
     def forward(
         self,

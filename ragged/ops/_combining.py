@@ -121,7 +121,8 @@ def _same_partition(func: Func, arrays: Sequence[RaggedArray], what: str) -> Par
     "combining",
     rule=UNIFY,
     args="arrays: arrays, axis: axis?",
-    torch=(torch.cat, torch.concat, torch.concatenate),
+    torch=(torch.cat, torch.concat, (torch.concatenate, "tensors, axis=0")),
+    torch_args="tensors, dim=0",
 )
 def concat(arrays: Sequence[RaggedArray], axis: int | str = 0) -> RaggedArray:
     """Join arrays along an existing axis.
@@ -394,7 +395,14 @@ def _sizes_arg(func: Func, sizes: Any, num: int) -> list[int]:
     return pieces
 
 
-@op("combining", rule=NEW, args="x: ragged, sizes: sizes")
+@op(
+    "combining",
+    rule=NEW,
+    args="x: ragged, sizes: sizes",
+    torch=(torch.split,),
+    methods=("split",),
+    torch_args="tensor->x, split_size_or_sections->sizes, dim=0",
+)
 def split(x: RaggedArray, sizes: int | Sequence[int]) -> tuple[RaggedArray, ...]:
     """Split the batch axis into consecutive groups of segments.
 

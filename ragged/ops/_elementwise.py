@@ -72,7 +72,8 @@ def _binary_op(
     symbol: str,
     example: tuple[str, str, str],
     torch_fns: tuple[Any, ...],
-    method: str,
+    methods: tuple[str, ...],
+    torch_args: str = "input, other",
 ) -> Callable[[Any, Any], RaggedArray]:
     def binary_op(x: Any, y: Any) -> RaggedArray:
         return binary(binary_op, fn, x, y)
@@ -93,7 +94,8 @@ def _binary_op(
         rule=UNIFY,
         args="x: operand, y: operand",
         torch=torch_fns,
-        methods=(method,),
+        methods=methods,
+        torch_args=torch_args,
         checks=True,
     )
     return declare(binary_op)
@@ -118,139 +120,153 @@ _F = "[[1.0, 2.0], [3.0]]"
 _I = "[[6, 7], [-5]]"
 _B = "[[True, False], [True]]"
 _T = torch.Tensor
-# name, torch function, symbol, doctest (array, other, result), torch spellings, Tensor method
+
+
+def _spellings(*names: str) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """``torch.<name>`` and ``torch.Tensor.<name>`` for each name; the names as methods."""
+    fns = tuple(getattr(m, n) for n in names for m in (torch, _T) if hasattr(m, n))
+    return fns, names
+
+
+_ALPHA = "input, other, *, alpha=1"
+# name, torch function, symbol, doctest (array, other, result), torch spellings and methods
 add = _binary_op(
-    "add", torch.add, "x + y", (_F, "1.0", "[[2.0, 3.0], [4.0]]"), (torch.add, _T.add), "add"
+    "add", torch.add, "x + y", (_F, "1.0", "[[2.0, 3.0], [4.0]]"), *_spellings("add"), _ALPHA
 )
 subtract = _binary_op(
     "subtract",
     torch.sub,
     "x - y",
     (_F, "1.0", "[[0.0, 1.0], [2.0]]"),
-    (torch.sub, torch.subtract, _T.sub),
-    "sub",
+    *_spellings("sub", "subtract"),
+    _ALPHA,
 )
 multiply = _binary_op(
     "multiply",
     torch.mul,
     "x * y",
     (_F, "2.0", "[[2.0, 4.0], [6.0]]"),
-    (torch.mul, torch.multiply, _T.mul),
-    "mul",
+    *_spellings("mul", "multiply"),
 )
 divide = _binary_op(
     "divide",
     torch.true_divide,
     "x / y",
     (_F, "2.0", "[[0.5, 1.0], [1.5]]"),
-    (torch.div, torch.divide, torch.true_divide, _T.div),
-    "div",
+    *_spellings("div", "divide", "true_divide"),
+    "input, other, *, rounding_mode=None",
 )
 floor_divide = _binary_op(
     "floor_divide",
     torch.floor_divide,
     "x // y",
     (_I, "4", "[[1, 1], [-2]]"),
-    (torch.floor_divide, _T.floor_divide),
-    "floor_divide",
+    *_spellings("floor_divide"),
 )
 remainder = _binary_op(
     "remainder",
     torch.remainder,
     "x % y",
     (_I, "4", "[[2, 3], [3]]"),
-    (torch.remainder, _T.remainder),
-    "remainder",
+    *_spellings("remainder"),
 )
 power = _binary_op(
     "power",
     torch.pow,
     "x ** y",
     (_F, "2.0", "[[1.0, 4.0], [9.0]]"),
-    (torch.pow, _T.pow),
-    "pow",
+    *_spellings("pow"),
+    "input, exponent->y",
 )
 maximum = _binary_op(
     "maximum",
     _scalars_as_tensors(torch.maximum),
     "max(x, y)",
     (_F, "2.0", "[[2.0, 2.0], [3.0]]"),
-    (torch.maximum, _T.maximum),
-    "maximum",
+    *_spellings("maximum"),
 )
 minimum = _binary_op(
     "minimum",
     _scalars_as_tensors(torch.minimum),
     "min(x, y)",
     (_F, "2.0", "[[1.0, 2.0], [2.0]]"),
-    (torch.minimum, _T.minimum),
-    "minimum",
+    *_spellings("minimum"),
 )
 eq = _binary_op(
-    "eq", torch.eq, "x == y", (_F, "2.0", "[[False, True], [False]]"), (torch.eq, _T.eq), "eq"
+    "eq", torch.eq, "x == y", (_F, "2.0", "[[False, True], [False]]"), *_spellings("eq")
 )
 ne = _binary_op(
-    "ne", torch.ne, "x != y", (_F, "2.0", "[[True, False], [True]]"), (torch.ne, _T.ne), "ne"
+    "ne",
+    torch.ne,
+    "x != y",
+    (_F, "2.0", "[[True, False], [True]]"),
+    *_spellings("ne", "not_equal"),
 )
 lt = _binary_op(
-    "lt", torch.lt, "x < y", (_F, "2.0", "[[True, False], [False]]"), (torch.lt, _T.lt), "lt"
+    "lt", torch.lt, "x < y", (_F, "2.0", "[[True, False], [False]]"), *_spellings("lt", "less")
 )
 le = _binary_op(
-    "le", torch.le, "x <= y", (_F, "2.0", "[[True, True], [False]]"), (torch.le, _T.le), "le"
+    "le",
+    torch.le,
+    "x <= y",
+    (_F, "2.0", "[[True, True], [False]]"),
+    *_spellings("le", "less_equal"),
 )
 gt = _binary_op(
-    "gt", torch.gt, "x > y", (_F, "2.0", "[[False, False], [True]]"), (torch.gt, _T.gt), "gt"
+    "gt",
+    torch.gt,
+    "x > y",
+    (_F, "2.0", "[[False, False], [True]]"),
+    *_spellings("gt", "greater"),
 )
 ge = _binary_op(
-    "ge", torch.ge, "x >= y", (_F, "2.0", "[[False, True], [True]]"), (torch.ge, _T.ge), "ge"
+    "ge",
+    torch.ge,
+    "x >= y",
+    (_F, "2.0", "[[False, True], [True]]"),
+    *_spellings("ge", "greater_equal"),
 )
 logical_and = _binary_op(
     "logical_and",
     _scalars_as_tensors(torch.logical_and),
     "x and y",
     (_B, "False", "[[False, False], [False]]"),
-    (torch.logical_and, _T.logical_and),
-    "logical_and",
+    *_spellings("logical_and"),
 )
 logical_or = _binary_op(
     "logical_or",
     _scalars_as_tensors(torch.logical_or),
     "x or y",
     (_B, "False", "[[True, False], [True]]"),
-    (torch.logical_or, _T.logical_or),
-    "logical_or",
+    *_spellings("logical_or"),
 )
 logical_xor = _binary_op(
     "logical_xor",
     _scalars_as_tensors(torch.logical_xor),
     "x xor y",
     (_B, "True", "[[False, True], [False]]"),
-    (torch.logical_xor, _T.logical_xor),
-    "logical_xor",
+    *_spellings("logical_xor"),
 )
 bitwise_and = _binary_op(
     "bitwise_and",
     torch.bitwise_and,
     "x & y",
     (_I, "3", "[[2, 3], [3]]"),
-    (torch.bitwise_and, _T.bitwise_and),
-    "bitwise_and",
+    *_spellings("bitwise_and"),
 )
 bitwise_or = _binary_op(
     "bitwise_or",
     torch.bitwise_or,
     "x | y",
     (_I, "1", "[[7, 7], [-5]]"),
-    (torch.bitwise_or, _T.bitwise_or),
-    "bitwise_or",
+    *_spellings("bitwise_or"),
 )
 bitwise_xor = _binary_op(
     "bitwise_xor",
     torch.bitwise_xor,
     "x ^ y",
     (_I, "1", "[[7, 6], [-6]]"),
-    (torch.bitwise_xor, _T.bitwise_xor),
-    "bitwise_xor",
+    *_spellings("bitwise_xor"),
 )
 
 
@@ -258,8 +274,9 @@ bitwise_xor = _binary_op(
     "elementwise",
     rule=KEEP,
     args="x: ragged",
-    torch=(torch.neg, torch.negative, torch.Tensor.neg),
-    methods=("neg",),
+    torch=(torch.neg, torch.negative),
+    methods=("neg", "negative"),
+    torch_args="input",
     checks=True,
 )
 def negative(x: RaggedArray) -> RaggedArray:
@@ -276,8 +293,9 @@ def negative(x: RaggedArray) -> RaggedArray:
     "elementwise",
     rule=KEEP,
     args="x: ragged",
-    torch=(torch.abs, torch.Tensor.abs),
-    methods=("abs",),
+    torch=(torch.abs, torch.absolute),
+    methods=("abs", "absolute"),
+    torch_args="input",
     checks=True,
 )
 def abs(x: RaggedArray) -> RaggedArray:
@@ -294,8 +312,9 @@ def abs(x: RaggedArray) -> RaggedArray:
     "elementwise",
     rule=KEEP,
     args="x: ragged",
-    torch=(torch.bitwise_not, torch.Tensor.bitwise_not),
+    torch=(torch.bitwise_not,),
     methods=("bitwise_not",),
+    torch_args="input",
     checks=True,
 )
 def bitwise_not(x: RaggedArray) -> RaggedArray:
@@ -312,8 +331,9 @@ def bitwise_not(x: RaggedArray) -> RaggedArray:
     "elementwise",
     rule=KEEP,
     args="x: ragged",
-    torch=(torch.logical_not, torch.Tensor.logical_not),
+    torch=(torch.logical_not,),
     methods=("logical_not",),
+    torch_args="input",
     checks=True,
 )
 def logical_not(x: RaggedArray) -> RaggedArray:
@@ -330,8 +350,9 @@ def logical_not(x: RaggedArray) -> RaggedArray:
     "elementwise",
     rule=UNIFY,
     args="condition: operand, x: operand, y: operand",
-    torch=(torch.where,),
+    torch=((torch.where, "condition, input->x, other->y"), torch.Tensor.where),
     methods=("where",),
+    torch_args="input->x, condition, other->y",
     checks=True,
 )
 def where(condition: Any, x: Any, y: Any) -> RaggedArray:

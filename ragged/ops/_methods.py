@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from .._array import RaggedArray
 from . import _elementwise as ew
+from . import _torch
 from ._indexing._getitem import getitem
 from ._linalg._matmul import matmul
 from ._pairs import RaggedTranspose
@@ -29,6 +32,11 @@ def _reflected(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
 def _positive(self: RaggedArray) -> RaggedArray:
     return self
+
+
+def _not_nested(self: RaggedArray) -> bool:
+    """``x.is_nested``: False (not a ``torch.nested`` tensor; torch modules check it)."""
+    return False
 
 
 def _transposed(self: RaggedArray) -> RaggedTranspose:
@@ -74,8 +82,14 @@ UNARY: dict[str, Callable[[Any], Any]] = {
 
 
 def methods() -> dict[str, Any]:
-    """Every method and property ``install`` adds, by attribute name."""
-    table: dict[str, Any] = {"__getitem__": getitem, "mT": property(_transposed)}
+    """Every method and property ``install`` adds, by attribute name: the operators, and the
+    Tensor-style methods generated from the registry (``ragged.ops._torch.method_table``)."""
+    table: dict[str, Any] = {
+        "__getitem__": getitem,
+        "mT": property(_transposed),
+        "is_nested": property(_not_nested),
+    }
+    table.update(_torch.method_table())
     for name, binary in BINARY.items():
         table[f"__{name}__"] = binary
         table[f"__r{name}__"] = _reflected(binary)
@@ -86,7 +100,23 @@ def methods() -> dict[str, Any]:
     return table
 
 
+def tensor_operators() -> dict[Any, Callable[..., Any]]:
+    """``t + x`` with a dense tensor ``t`` on the left: torch hands ``Tensor.__add__`` (and the
+    other operators of a Tensor) to ``RaggedArray.__torch_function__``."""
+    table: dict[Any, Callable[..., Any]] = {}
+    for name, binary in BINARY.items():
+        table[getattr(torch.Tensor, f"__{name}__")] = binary
+        reflected = getattr(torch.Tensor, f"__r{name}__", None)
+        if reflected is not None:
+            table[reflected] = _reflected(binary)
+    for name, compare in COMPARISONS.items():
+        table[getattr(torch.Tensor, f"__{name}__")] = compare
+    return table
+
+
 def install() -> None:
-    """Add the operators, ``__getitem__`` and ``mT`` to RaggedArray (idempotent)."""
+    """Add the operators, ``__getitem__``, ``mT`` and the Tensor-style methods to RaggedArray,
+    and fill the dispatch table of its ``__torch_function__`` (idempotent)."""
     for name, value in methods().items():
         setattr(RaggedArray, name, value)
+    _torch.install(tensor_operators())

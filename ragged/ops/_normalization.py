@@ -61,8 +61,9 @@ def _softmax(func: Func, x: RaggedArray, axis: int | str, log: bool) -> RaggedAr
     "normalization",
     rule=KEEP,
     args="x: ragged, axis: axis",
-    torch=(torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax),
+    torch=(torch.softmax, torch.nn.functional.softmax),
     methods=("softmax",),
+    torch_args="input, dim, dtype=None, *, _stacklevel=3",
     checks=True,
 )
 def softmax(x: RaggedArray, axis: int | str) -> RaggedArray:
@@ -87,8 +88,9 @@ def softmax(x: RaggedArray, axis: int | str) -> RaggedArray:
     "normalization",
     rule=KEEP,
     args="x: ragged, axis: axis",
-    torch=(torch.log_softmax, torch.nn.functional.log_softmax, torch.Tensor.log_softmax),
+    torch=(torch.log_softmax, torch.nn.functional.log_softmax),
     methods=("log_softmax",),
+    torch_args="input, dim, dtype=None, *, _stacklevel=3",
     checks=True,
 )
 def log_softmax(x: RaggedArray, axis: int | str) -> RaggedArray:
@@ -136,6 +138,7 @@ def _check_affine(func: Func, name: str, t: Any, dims: tuple[int, ...]) -> None:
     rule=KEEP,
     args="x: ragged, normalized_shape: sizes, weight: tensor?, bias: tensor?, eps: number?",
     torch=(torch.nn.functional.layer_norm,),
+    torch_args="input, normalized_shape, weight=None, bias=None, eps=1e-05",
     checks=True,
 )
 def layer_norm(
@@ -176,6 +179,7 @@ def layer_norm(
     rule=KEEP,
     args="x: ragged, normalized_shape: sizes, weight: tensor?, eps: number?",
     torch=(torch.nn.functional.rms_norm,),
+    torch_args="input, normalized_shape, weight=None, eps=None",
     checks=True,
 )
 def rms_norm(

@@ -164,8 +164,9 @@ def _scan_level(
     "scans",
     rule=KEEP,
     args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
-    torch=(torch.cumsum, torch.Tensor.cumsum),
+    torch=(torch.cumsum,),
     methods=("cumsum",),
+    torch_args="input, dim, *, dtype=None",
     checks=True,
 )
 def cumsum(
@@ -199,8 +200,9 @@ def cumsum(
     "scans",
     rule=KEEP,
     args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
-    torch=(torch.cumprod, torch.Tensor.cumprod),
+    torch=(torch.cumprod,),
     methods=("cumprod",),
+    torch_args="input, dim, *, dtype=None",
     checks=True,
 )
 def cumprod(
@@ -261,8 +263,9 @@ def cummin(
     "scans",
     rule=KEEP,
     args="x: ragged, axis: axis?, reverse: bool?, exclusive: bool?",
-    torch=(torch.logcumsumexp, torch.Tensor.logcumsumexp),
+    torch=(torch.logcumsumexp,),
     methods=("logcumsumexp",),
+    torch_args="input, dim, *, dtype=None",
     checks=True,
 )
 def logcumsumexp(

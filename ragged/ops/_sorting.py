@@ -282,8 +282,9 @@ def sort(
     "sorting",
     rule=KEEP,
     args="x: ragged, axis: axis?, descending: bool?, stable: bool?",
-    torch=(torch.argsort, torch.Tensor.argsort),
+    torch=(torch.argsort,),
     methods=("argsort",),
+    torch_args="input, dim=-1, descending=False, *, stable=False",
     checks=True,
 )
 def argsort(

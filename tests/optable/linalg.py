@@ -166,14 +166,14 @@ MATMUL_ERRORS = [
         "ragged.matmul: `b` must have at most 0 batch axes (they broadcast against the inner axes of (2, [1, 2], 2) before its last two and may not reach the ragged axis); for one weight per segment use ragged.einsum('bld,bde->ble', x, w), got shape (2, 2, 4).",
     ),
     ErrorCase(
-        lambda: torch.ones(4, 1) @ X,
+        lambda: torch.ones(4, 1) @ X,  # torch hands `t @ X` to RaggedArray as Tensor.matmul
         ValueError,
-        "ragged.matmul: `b` must have at least two inner axes when `a` is dense (a @ segment contracts the segment's second-to-last axis, which would be the ragged axis); for a row-wise product write ragged.matmul(b, a.mT), got (2, [1, 2], 2).",
+        "torch.Tensor.matmul: `other` must have at least two inner axes when `input` is dense (a @ segment contracts the segment's second-to-last axis, which would be the ragged axis); for a row-wise product write ragged.matmul(b, a.mT), got (2, [1, 2], 2).",
     ),
     ErrorCase(
-        lambda: torch.ones(4, 3) @ X4,
+        lambda: torch.ones(4, 3) @ X4,  # torch hands `t @ X` to RaggedArray as Tensor.matmul
         ValueError,
-        "ragged.matmul: `a` must have size 2 on its last axis to contract the second-to-last inner axis of (2, [1, 2], 2, 2), got shape (4, 3).",
+        "torch.Tensor.matmul: `input` must have size 2 on its last axis to contract the second-to-last inner axis of (2, [1, 2], 2, 2), got shape (4, 3).",
     ),
     ErrorCase(
         lambda: ragged.matmul(ragged.array([[1.0], [2.0]]), torch.ones(1)),

@@ -31,7 +31,13 @@ _MAX_TILE = 1024
 _COMPILE_TILE = 32
 
 
-@op("linalg", rule=SUBSCRIPTS, args="equation: str, *operands: operand", torch=(torch.einsum,))
+@op(
+    "linalg",
+    rule=SUBSCRIPTS,
+    args="equation: str, *operands: operand",
+    torch=(torch.einsum,),
+    torch_args="equation, *operands",
+)
 def einsum(equation: str, *operands: Any) -> Any:
     """``torch.einsum`` where RaggedArray operands bring a batch and a ragged axis.
 

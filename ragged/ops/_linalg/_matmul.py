@@ -42,6 +42,7 @@ RAGGED_RIGHT = (
     args="a: operand, b: operand",
     torch=(torch.matmul, torch.Tensor.matmul),
     methods=("matmul",),
+    torch_args="input, other",
 )
 def matmul(a: Any, b: Any) -> RaggedArray:
     """Matrix product on the inner axes, ``torch.matmul(segment, b)`` for every segment.
@@ -183,6 +184,7 @@ def _fits(names: tuple[str, ...] | None, x: RaggedArray, out: Tensor) -> bool:
     rule=CONTRACT,
     args="x: ragged, weight: tensor, bias: tensor?",
     torch=(torch.nn.functional.linear,),
+    torch_args="input, weight, bias=None",
 )
 def linear(x: RaggedArray, weight: Tensor, bias: Tensor | None = None) -> RaggedArray:
     """``torch.nn.functional.linear`` on the rows: ``x @ weight.T + bias`` on the last axis.

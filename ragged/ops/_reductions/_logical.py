@@ -22,9 +22,19 @@ from ..._versions import check_unchanged
 from ...kernels._segment import Segments, gather, segment_amax, segment_amin, segment_sum
 from .._grouping import group
 from ._reduce import _ARGS, Axis, _ragged_result, reduce
+from ._typing import arg_reduction, reduction
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, checks=True)
+@reduction
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.any,),
+    methods=("any",),
+    torch_args="input, dim=None, keepdim=False",
+    checks=True,
+)
 def any(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -46,7 +56,16 @@ def any(
     )
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, checks=True)
+@reduction
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.all,),
+    methods=("all",),
+    torch_args="input, dim=None, keepdim=False",
+    checks=True,
+)
 def all(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -80,7 +99,16 @@ def _dense_bool(op: Callable[..., Tensor], v: Tensor, dims: tuple[int, ...], kee
     return out
 
 
-@op("reductions", rule=REDUCE, args=_ARGS, checks=True)
+@reduction
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.count_nonzero,),
+    methods=("count_nonzero",),
+    torch_args="input, dim=None",
+    checks=True,
+)
 def count_nonzero(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -164,10 +192,14 @@ def _arg(
     return _ragged_result(first, x, grouping.partition, [dim], (), keepdims)
 
 
+@arg_reduction
 @op(
     "reductions",
     rule=REDUCE,
     args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?",
+    torch=(torch.argmax,),
+    methods=("argmax",),
+    torch_args="input, dim=None, keepdim=False",
     checks=True,
 )
 def argmax(
@@ -184,10 +216,14 @@ def argmax(
     return _arg(argmax, x, axis, keepdims, fill_value, largest=True)
 
 
+@arg_reduction
 @op(
     "reductions",
     rule=REDUCE,
     args="x: ragged, axis: axis?, keepdims: bool?, fill_value: number?",
+    torch=(torch.argmin,),
+    methods=("argmin",),
+    torch_args="input, dim=None, keepdim=False",
     checks=True,
 )
 def argmin(

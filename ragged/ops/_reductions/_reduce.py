@@ -32,11 +32,14 @@ from ..._registry import op
 from ..._versions import check_unchanged
 from ...kernels._segment import Segments, segment_amax, segment_amin, segment_prod, segment_sum
 from .._grouping import group
+from ._typing import reduction
 
 Axis = int | str | Sequence[int | str] | None
 SegmentFn = Callable[[Tensor, Segments], Tensor]
 DenseFn = Callable[[Tensor, tuple[int, ...], bool], Tensor]
 _ARGS = "x: ragged, axis: axes?, keepdims: bool?, fill_value: number?"
+# torch's spelling (``torch.sum(input, dim=None, keepdim=False, *, dtype=None)``).
+TORCH_ARGS = "input, dim=None, keepdim=False, *, dtype=None"
 
 
 def _normalize_axes(func: Func, x: RaggedArray, axis: Axis) -> tuple[int, ...]:
@@ -197,12 +200,14 @@ def _promoted(values: Tensor) -> Tensor:
     return values
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
     args=_ARGS,
-    torch=(torch.sum, torch.Tensor.sum),
+    torch=(torch.sum,),
     methods=("sum",),
+    torch_args=TORCH_ARGS,
     checks=True,
 )
 def sum(
@@ -247,12 +252,14 @@ def sum(
     )
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
     args=_ARGS,
-    torch=(torch.mean, torch.Tensor.mean),
+    torch=(torch.mean,),
     methods=("mean",),
+    torch_args=TORCH_ARGS,
     checks=True,
 )
 def mean(
@@ -283,12 +290,14 @@ def mean(
     )
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
     args=_ARGS,
-    torch=(torch.prod, torch.Tensor.prod),
+    torch=(torch.prod,),
     methods=("prod",),
+    torch_args=TORCH_ARGS,
     checks=True,
 )
 def prod(
@@ -342,12 +351,14 @@ def _extreme(
     )
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
     args=_ARGS,
-    torch=(torch.amax, torch.Tensor.amax),
+    torch=(torch.amax,),
     methods=("amax",),
+    torch_args="input, dim=None, keepdim=False",
     checks=True,
 )
 def amax(
@@ -364,12 +375,14 @@ def amax(
     return _extreme(amax, x, axis, keepdims, fill_value, largest=True)
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
     args=_ARGS,
-    torch=(torch.amin, torch.Tensor.amin),
+    torch=(torch.amin,),
     methods=("amin",),
+    torch_args="input, dim=None, keepdim=False",
     checks=True,
 )
 def amin(
@@ -384,6 +397,7 @@ def amin(
     return _extreme(amin, x, axis, keepdims, fill_value, largest=False)
 
 
+@reduction
 @op("reductions", rule=REDUCE, args=_ARGS, checks=True)
 def max(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
@@ -397,6 +411,7 @@ def max(
     return _extreme(max, x, axis, keepdims, fill_value, largest=True)
 
 
+@reduction
 @op("reductions", rule=REDUCE, args=_ARGS, checks=True)
 def min(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None

@@ -24,14 +24,18 @@ from ...kernels._segment import (
     segment_var,
 )
 from ._reduce import _ARGS, Axis, _float_only, reduce
+from ._typing import moment, reduction
+from ._typing import norm as typed_norm
 
 
+@reduction
 @op(
     "reductions",
     rule=REDUCE,
     args=_ARGS,
-    torch=(torch.logsumexp, torch.Tensor.logsumexp),
+    torch=(torch.logsumexp,),
     methods=("logsumexp",),
+    torch_args="input, dim, keepdim=False",
     checks=True,
 )
 def logsumexp(
@@ -58,10 +62,14 @@ def logsumexp(
     )
 
 
+@moment
 @op(
     "reductions",
     rule=REDUCE,
     args="x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?",
+    torch=(torch.var,),
+    methods=("var",),
+    torch_args="input, dim=None, *, correction=1, keepdim=False, unbiased->correction=True",
     checks=True,
 )
 def var(
@@ -107,10 +115,14 @@ def _dense_var(v: Tensor, dims: tuple[int, ...], keep: bool, correction: int | f
     return squares / dof if dof > 0 else torch.full_like(squares, torch.nan)
 
 
+@moment
 @op(
     "reductions",
     rule=REDUCE,
     args="x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?",
+    torch=(torch.std,),
+    methods=("std",),
+    torch_args="input, dim=None, *, correction=1, keepdim=False, unbiased->correction=True",
     checks=True,
 )
 def std(
@@ -151,10 +163,13 @@ def _safe_root(total: Tensor, p: float) -> Tensor:
     return torch.where(torch.isnan(total), total, root)
 
 
+@typed_norm
 @op(
     "reductions",
     rule=REDUCE,
     args="x: ragged, ord: number?, axis: axes?, keepdims: bool?, fill_value: number?",
+    torch=(torch.linalg.vector_norm,),
+    torch_args="input, ord=2, dim=None, keepdim=False, *, dtype=None",
     checks=True,
 )
 def norm(

@@ -1,0 +1,329 @@
+"""Pointwise torch functions on RaggedArrays: computed on the values, the partition kept.
+
+A pointwise function (``torch.exp``, ``F.gelu``, ``torch.clamp``, ``F.dropout``, a dtype cast)
+means the same on a RaggedArray as on each of its segments, and on the segments together as on
+the flat ``values``: so it runs once on the values, with torch's own arguments, and the result
+keeps the input's partition object and names. torch's dtype promotion follows from calling
+torch. Dense and RaggedArray operands of a binary function line up as for ``ragged.add``
+(``ragged._broadcast``).
+
+This module is the one declared table of them (no ragged op of their own: ``ragged.apply`` is the
+general form); ``ragged.ops._torch`` puts each in the dispatch table of
+``RaggedArray.__torch_function__`` and installs its Tensor-style methods (``x.exp()``).
+``inplace=True`` is accepted and computed out of place: RaggedArrays are immutable (modules such
+as ``nn.ReLU(inplace=True)`` use the returned value, so they work unchanged).
+
+>>> import ragged, torch
+>>> import torch.nn.functional as F
+>>> x = ragged.array([[0.0, 1.0], [2.0]])
+>>> F.gelu(torch.exp(x)).partition is x.partition
+True
+>>> x.sigmoid().to_list()  # doctest: +ELLIPSIS
+[[0.5, 0.731...], [0.880...]]
+>>> torch.clamp(x, max=1.5).to_list(), torch.atan2(x, x).shape
+([[0.0, 1.0], [1.5]], RaggedShape(2, [2, 1]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .._array import RaggedArray
+from .._broadcast import same_partition
+from .._registry import torch_function
+from ._elementwise import _as_values, _scalars_as_tensors, binary
+
+__all__ = ["elementwise", "rows"]
+
+# Unary math functions: ``torch.<name>`` and, where Tensor has it, ``x.<name>()``.
+UNARY = [
+    "acos",
+    "arccos",
+    "acosh",
+    "arccosh",
+    "asin",
+    "arcsin",
+    "asinh",
+    "arcsinh",
+    "atan",
+    "arctan",
+    "atanh",
+    "arctanh",
+    "cos",
+    "cosh",
+    "sin",
+    "sinh",
+    "tan",
+    "tanh",
+    "sinc",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sqrt",
+    "rsqrt",
+    "square",
+    "reciprocal",
+    "sigmoid",
+    "logit",
+    "erf",
+    "erfc",
+    "erfinv",
+    "lgamma",
+    "digamma",
+    "i0",
+    "deg2rad",
+    "rad2deg",
+    "relu",
+    "positive",
+    "sgn",
+    "nan_to_num",
+    "frac",
+    "hardshrink",
+]
+# The same, with a zero or no derivative (piecewise constant, or a boolean result).
+UNARY_CONSTANT = [
+    "ceil",
+    "floor",
+    "round",
+    "trunc",
+    "fix",
+    "sign",
+    "signbit",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "isposinf",
+    "isneginf",
+    "isreal",
+]
+# Activations and dropout of ``torch.nn.functional`` (and ``torch.<name>`` where it exists).
+ACTIVATIONS = [
+    "gelu",
+    "silu",
+    "relu6",
+    "elu",
+    "selu",
+    "celu",
+    "leaky_relu",
+    "hardtanh",
+    "hardsigmoid",
+    "hardswish",
+    "mish",
+    "softplus",
+    "softsign",
+    "softshrink",
+    "tanhshrink",
+    "logsigmoid",
+    "threshold",
+]
+RANDOM = ["dropout", "alpha_dropout", "rrelu"]
+# torch.compile (2.13) dispatches only the functions torch lists as overridable: not these two,
+# whose modules (nn.Hardsigmoid, nn.Hardswish) therefore run eagerly only.
+NOT_COMPILED = {"hardsigmoid", "hardswish"}
+# Binary functions: the first two arguments are operands that line up (``ragged._broadcast``).
+BINARY = [
+    "atan2",
+    "arctan2",
+    "hypot",
+    "fmod",
+    "copysign",
+    "logaddexp",
+    "logaddexp2",
+    "nextafter",
+    "xlogy",
+    "fmax",
+    "fmin",
+    "float_power",
+    "heaviside",
+    "ldexp",
+    "isclose",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
+]
+# Functions of three operands (``torch.lerp(x, end, weight)``) and of an operand and a mask.
+TERNARY = ["lerp", "addcmul", "addcdiv"]
+_NO_GRAD = {"heaviside", "isclose", "fmod", "bitwise_left_shift", "bitwise_right_shift"}
+
+
+def _result(out: torch.Tensor, like: RaggedArray) -> RaggedArray:
+    """The RaggedArray of a pointwise result: ``like``'s partition object and names."""
+    return RaggedArray(out, like.partition, like.axes)
+
+
+def _general(
+    fn: Callable[..., Any],
+    name: str,
+    operands: int,
+    keywords: tuple[str, ...],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    keep_names: bool,
+) -> RaggedArray:
+    """Any call: line up the RaggedArray and dense operands, call ``fn`` on the values."""
+    lead, rest = args[:operands], args[operands:]
+    keyed = {k: kwargs[k] for k in keywords if k in kwargs}
+    arrays = [a for a in (*lead, *keyed.values()) if isinstance(a, RaggedArray)]
+    if not arrays:
+        where = ", ".join(f"`{k}`" for k in ("input", *keywords)) if operands == 1 else "operands"
+        raise TypeError(
+            f"{name}: a RaggedArray is supported as its {where} only, not as another argument."
+        )
+    first = arrays[0]
+    for other in arrays[1:]:
+        if other.partition is not first.partition:
+            same_partition(name, first, other)
+    values = [_as_values(name, a, first) for a in lead]
+    call = {**kwargs, **{k: _as_values(name, v, first) for k, v in keyed.items()}}
+    call.pop("inplace", None)  # RaggedArrays are immutable: always computed out of place
+    out = fn(*values, *rest, **call)
+    if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.shape[0] != first.values.shape[0]:
+        raise TypeError(f"{name}: a RaggedArray needs a function that keeps the rows.")
+    names = first.axes if keep_names or out.dim() == first.values.dim() else None
+    return RaggedArray(out, first.partition, names)
+
+
+def elementwise(
+    fn: Callable[..., Any], name: str, operands: int = 1, keywords: tuple[str, ...] = ()
+) -> Callable[..., Any]:
+    """The handler of an elementwise torch function of ``operands`` leading operands (and the
+    operands named ``keywords``); its other arguments go to ``fn`` unchanged."""
+    if operands == 1:
+
+        def unary(x: Any, *args: Any, **kwargs: Any) -> RaggedArray:
+            if type(x) is RaggedArray and not keywords:  # other arguments are not operands
+                if not kwargs:
+                    return RaggedArray(fn(x.values, *args), x.partition, x.axes)
+                kwargs.pop("inplace", None)  # always out of place: RaggedArrays are immutable
+                return RaggedArray(fn(x.values, *args, **kwargs), x.partition, x.axes)
+            return _general(fn, name, 1, keywords, (x, *args), kwargs, True)
+
+        return unary
+    pair = _scalars_as_tensors(fn)
+
+    def handler(x: Any, *args: Any, **kwargs: Any) -> RaggedArray:
+        if len(args) == 1 and not kwargs:
+            return binary(name, pair, x, args[0])
+        return _general(fn, name, operands, keywords, (x, *args), kwargs, True)
+
+    return handler
+
+
+def rows(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """The handler of a row-wise function of the values whose result may change the inner
+    shape (``F.embedding``, ``F.one_hot``): names are kept only if the number of axes is."""
+
+    def handler(x: Any, *args: Any, **kwargs: Any) -> RaggedArray:
+        return _general(fn, name, 1, (), (x, *args), kwargs, False)
+
+    return handler
+
+
+def _cast(dtype: torch.dtype) -> Callable[..., Any]:
+    def cast(x: RaggedArray, memory_format: Any = torch.preserve_format) -> RaggedArray:
+        return _result(x.values.to(dtype, memory_format=memory_format), x)
+
+    return cast
+
+
+def _declare(
+    name: str,
+    fn: Any,
+    handler: Callable[..., Any],
+    meaning: str,
+    *,
+    grad: bool = True,
+    dense_self: bool = False,
+) -> None:
+    """Declare ``fn``, ``F.<name>`` where it exists, and the method ``x.<name>()`` where Tensor
+    has it (``torch.Tensor.<name>`` itself too when a dense ``self`` may meet a RaggedArray
+    operand: ``t.atan2(x)``)."""
+    method = getattr(torch.Tensor, name, None)
+    functional = getattr(F, name, None) if name not in ("sigmoid", "tanh") else None
+    fns = (fn,) if functional in (None, fn) else (fn, functional)
+    fns = (*fns, method) if method is not None and dense_self else fns
+    methods = () if method is None else (name,)
+    see = ("ragged.apply",)
+    torch_function(
+        *fns, family="elementwise", meaning=meaning, methods=methods, see=see, grad=grad
+    )(handler)
+
+
+ELEMENTWISE = "elementwise on the values"
+CONSTANT = "elementwise on the values (piecewise constant or boolean: no gradient)"
+OPERANDS = "elementwise; dense and RaggedArray operands line up as for `ragged.add`"
+OPERANDS_CONSTANT = OPERANDS + " (no gradient)"
+CLAMP = "elementwise; `min` and `max` may be numbers, dense tensors or RaggedArrays"
+ROWS = "row-wise on the values: `(B, L*)` indices give `(B, L*, *rest)`"
+DTYPES = {
+    "float": torch.float32,
+    "double": torch.float64,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int": torch.int32,
+    "long": torch.int64,
+    "short": torch.int16,
+    "bool": torch.bool,
+}
+
+
+def _declare_all() -> None:
+    for name in UNARY + UNARY_CONSTANT:
+        fn = getattr(torch, name)
+        grad = name in UNARY
+        meaning = ELEMENTWISE if grad else CONSTANT
+        _declare(name, fn, elementwise(fn, f"torch.{name}"), meaning, grad=grad)
+    for name in ("clamp", "clip"):
+        fn = getattr(torch, name)
+        _declare(name, fn, elementwise(fn, f"torch.{name}", keywords=("min", "max")), CLAMP)
+    for name in ("clamp_min", "clamp_max"):
+        fn = getattr(torch, name)
+        _declare(name, fn, elementwise(fn, f"torch.{name}", 2), CLAMP)
+    for name in ACTIVATIONS + RANDOM:
+        meaning = ELEMENTWISE
+        if name in RANDOM:
+            meaning += " (random: an independent draw per entry)"
+        # F.<name>, and torch.<name> where it exists (with arguments of its own: torch.dropout's
+        # ``train`` is F.dropout's ``training``).
+        for fn in (getattr(F, name), getattr(torch, name, None)):
+            if fn is not None:
+                label = "torch.nn.functional" if fn is getattr(F, name) else "torch"
+                compiled = name not in NOT_COMPILED
+                text = meaning + ("" if compiled else " (eager only: not traced by torch.compile)")
+                torch_function(
+                    fn, family="elementwise", meaning=text, see=("ragged.apply",), compile=compiled
+                )(elementwise(fn, f"{label}.{name}"))
+    for name in BINARY:
+        fn = getattr(torch, name)
+        handler = elementwise(fn, f"torch.{name}", 2)
+        grad = name not in _NO_GRAD
+        meaning = OPERANDS if grad else OPERANDS_CONSTANT
+        _declare(name, fn, handler, meaning, grad=grad, dense_self=True)
+    for name in TERNARY:
+        fn = getattr(torch, name)
+        _declare(name, fn, elementwise(fn, f"torch.{name}", 3), OPERANDS, dense_self=True)
+    masked = "`mask` (a RaggedArray, or a dense tensor that lines up) selects the entries to fill"
+    handler = elementwise(torch.masked_fill, "torch.masked_fill", 2)
+    _declare("masked_fill", torch.masked_fill, handler, masked, dense_self=True)
+    for fn, grad in ((F.embedding, True), (F.one_hot, False)):
+        torch_function(fn, family="indexing", meaning=ROWS, see=("ragged.map",), grad=grad)(
+            rows(fn, f"torch.nn.functional.{fn.__name__}")
+        )
+    for name, dtype in DTYPES.items():
+        torch_function(
+            family="tensor",
+            meaning=f"the values cast to {dtype} (the partition object is kept)",
+            methods=(name,),
+            see=("RaggedArray.to",),
+            grad=dtype.is_floating_point,
+        )(_cast(dtype))
+
+
+_declare_all()
