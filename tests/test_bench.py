@@ -260,8 +260,9 @@ def test_ops_suite_quick_smoke(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
-    main_table, overhead, detail = doc["tables"]
+    main_table, targets, overhead, detail = doc["tables"]
     assert main_table["rows"][0][0] == "sum"
+    assert any(row[:3] == [">= 90% of the copy floor", "sum", "fwd"] for row in targets["rows"])
     assert any("nosuchop" in note and "skipped" in note for note in main_table["notes"])
     assert {row[2] for row in detail["rows"]} >= {"ragged", "padded", "index_add_"}
     assert all(row[-1] == "ok" for row in detail["rows"] if row[2] in ("ragged", "index_add_"))
