@@ -5,6 +5,9 @@ import pytest
 import torch
 
 torch.set_num_threads(1)
+
+# Checked by mypy, not run: its assertions are about static types (see the module).
+collect_ignore = ["typing_check.py"]
 torch.set_default_dtype(torch.float32)
 
 hypothesis.settings.register_profile(
