@@ -34,6 +34,7 @@ other = torch.randn(sum(lengths), 8, generator=gen)
 x = ragged.from_lengths(values, lengths)
 y = x.with_values(other)
 ids = x.partition.levels[0].row_ids
+linear = torch.nn.Linear(8, 8)
 cases = [
     ("x + y", lambda: x + y, lambda: values + other),
     ("ragged.add(x, y)", lambda: ragged.add(x, y), lambda: values + other),
@@ -43,6 +44,15 @@ cases = [
         lambda: values.new_zeros(4, 8).index_add_(0, ids, values),
     ),
     ("ragged.softmax(x, 1)", lambda: ragged.softmax(x, 1), lambda: torch.softmax(values, 0)),
+    # The torch-native door: RaggedArray.__torch_function__ and the Tensor-style methods.
+    ("torch.exp(x)", lambda: torch.exp(x), lambda: torch.exp(values)),
+    ("x.exp()", lambda: x.exp(), lambda: values.exp()),
+    (
+        "torch.sum(x, 1)",
+        lambda: torch.sum(x, 1),
+        lambda: values.new_zeros(4, 8).index_add_(0, ids, values),
+    ),
+    ("nn.Linear(8, 8)(x)", lambda: linear(x), lambda: linear(values)),
 ]
 for label, a, b in cases:
     ta, tb = per_call(a), per_call(b)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from ..._array import RaggedArray
 from ..._axes import subscripts
@@ -117,6 +118,7 @@ def einsum_levels(func: Func, equation: str, operands: Sequence[Any]) -> Any:
     if bat not in out:
         dropped = list(range(1 + nr))
     reduced = ragged_sum(result, axis=tuple(dropped))
-    if kept == [bat] and out.index(bat) != 0:
+    if kept == [bat] and out.index(bat) != 0:  # only the batch axis is left: a dense result
+        assert isinstance(reduced, Tensor)
         return reduced.movedim(0, out.index(bat))
     return reduced
