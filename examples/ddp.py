@@ -117,6 +117,7 @@ def run(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
     )
     try:
         train(args)
+        dist.barrier()  # no rank tears down the group while another still talks to it
     finally:
         dist.destroy_process_group()
 
@@ -126,6 +127,7 @@ def run_under_torchrun(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", init_method="env://", timeout=TIMEOUT)
     try:
         train(args)
+        dist.barrier()  # no rank tears down the group while another still talks to it
     finally:
         dist.destroy_process_group()
 
