@@ -33,7 +33,7 @@ from ._array import RaggedArray
 from ._awkward import from_awkward as from_awkward
 from ._awkward import to_awkward as to_awkward
 from ._errors import Func, name_of, type_error, typename, value_error
-from ._factories import readable, segment_ids_level
+from ._factory_checks import readable, segment_ids_level
 from ._partition import Partition, RowPartition
 from ._registry import public
 
