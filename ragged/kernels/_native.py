@@ -230,6 +230,19 @@ def _launch_rows(name: str, values: Tensor, offsets: Tensor, *args: Any) -> None
     )
 
 
+def _reduction_backward(
+    name: str, values: Tensor, offsets: Tensor, result: Tensor, grad: Tensor
+) -> Tensor:
+    """The rows' gradient by kernel ``name``, the backward of a reduction whose per-segment
+    ``result`` it reads, from ``grad`` (per segment, possibly broadcast)."""
+    result = result.contiguous()
+    g, gs = _grad_rows(grad, result.shape)
+    out = empty(values.shape, values.dtype)
+    per_segment_grad = _PerSegment(g.data_ptr(), gs * g.element_size())
+    _launch_rows(name, values, offsets, _per_segment(result), per_segment_grad, gs, out.data_ptr())
+    return out
+
+
 def segment_sum(values: Tensor, offsets: Tensor) -> Tensor:
     """``[B, *inner]`` sums of the segments ``values[offsets[b]:offsets[b + 1]]``."""
     out = _reduced(values, offsets)
@@ -264,19 +277,7 @@ def segment_extreme(values: Tensor, offsets: Tensor, fill: float, largest: bool)
 
 def segment_extreme_backward(values: Tensor, offsets: Tensor, best: Tensor, grad: Tensor) -> Tensor:
     """Gradient of :func:`segment_extreme`: split evenly among the rows attaining it."""
-    best = best.contiguous()
-    g, gs = _grad_rows(grad, best.shape)
-    out = empty(values.shape, values.dtype)
-    _launch_rows(
-        "rg_extreme_bwd",
-        values,
-        offsets,
-        _per_segment(best),
-        _PerSegment(g.data_ptr(), gs * g.element_size()),
-        gs,
-        out.data_ptr(),
-    )
-    return out
+    return _reduction_backward("rg_extreme_bwd", values, offsets, best, grad)
 
 
 def segment_logsumexp(values: Tensor, offsets: Tensor) -> Tensor:
@@ -290,19 +291,7 @@ def segment_logsumexp_backward(
     values: Tensor, offsets: Tensor, out: Tensor, grad: Tensor
 ) -> Tensor:
     """``grad[b] * exp(values - out[b])`` for the rows of every segment ``b``."""
-    out = out.contiguous()
-    g, gs = _grad_rows(grad, out.shape)
-    result = empty(values.shape, values.dtype)
-    _launch_rows(
-        "rg_logsumexp_bwd",
-        values,
-        offsets,
-        _per_segment(out),
-        _PerSegment(g.data_ptr(), gs * g.element_size()),
-        gs,
-        result.data_ptr(),
-    )
-    return result
+    return _reduction_backward("rg_logsumexp_bwd", values, offsets, out, grad)
 
 
 def segment_softmax(values: Tensor, offsets: Tensor, log: bool) -> Tensor:
