@@ -25,13 +25,13 @@ from ._convert import to_mask as to_mask
 from ._convert import to_nested as to_nested
 from ._convert import to_padded as to_padded
 from ._convert import unbind as unbind
-from ._factories import array as array
 from ._factories import from_lengths as from_lengths
-from ._factories import from_nested as from_nested
 from ._factories import from_nested_lengths as from_nested_lengths
 from ._factories import from_offsets as from_offsets
-from ._factories import from_padded as from_padded
 from ._factories import from_segment_ids as from_segment_ids
+from ._factories_dense import array as array
+from ._factories_dense import from_nested as from_nested
+from ._factories_dense import from_padded as from_padded
 from ._partition import Partition as Partition
 from ._partition import RowPartition as RowPartition
 from ._shape import RaggedShape as RaggedShape

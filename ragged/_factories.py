@@ -1,161 +1,46 @@
-"""Validating factories: the public ways to build a RaggedArray.
+"""Validating factories: the public ways to build a RaggedArray from values and an index.
 
 Each factory checks what it is given and raises a ``TypeError``/``ValueError`` naming itself and
 the parameter before anything is built. Checks that read tensor *data* (signs, sums, order) run
 when ``validate=True`` (the default) and outside ``torch.compile``; they read a few scalars back
 from the device in one transfer. Host inputs (Python lists) are checked on the host for free, and
 they also give the partition its exact maximum length, which later makes ``to_padded`` sync-free.
+
+Here: ``from_lengths``, ``from_offsets``, ``from_segment_ids``, ``from_nested_lengths``; the
+factories from dense or nested data (``from_padded``, ``from_nested``, ``array``) are in
+``ragged._factories_dense``, the checks both use in ``ragged._factory_checks``.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from ._array import RaggedArray
-from ._awkward import from_awkward, is_awkward
-from ._axes import check_names
-from ._errors import Func, name_of, type_error, typename, value_error
-from ._from_lists import from_lists
+from ._errors import type_error, typename, value_error
+from ._factory_checks import (
+    _check_lengths,
+    _check_offsets,
+    _checked_lengths,
+    _checking,
+    _index_arg,
+    _named,
+    _values,
+    readable,
+    segment_ids_level,
+)
 from ._partition import Partition, RowPartition
 from ._registry import public
 
 __all__ = [
-    "array",
     "from_lengths",
-    "from_nested",
     "from_nested_lengths",
     "from_offsets",
-    "from_padded",
     "from_segment_ids",
 ]
-
-
-def _checking(validate: bool) -> bool:
-    return validate and not torch.compiler.is_compiling()
-
-
-def _values(func: Func, values: object, param: str = "values") -> Tensor:
-    if not isinstance(values, Tensor):
-        raise type_error(func, param, "must be a Tensor", typename(values))
-    if values.dim() == 0:
-        raise value_error(
-            func, param, "must have at least 1 dim (one row per value)", "a 0-dim tensor"
-        )
-    return values
-
-
-_INT64 = (-(2**63), 2**63)
-
-
-def _index_arg(
-    func: Func,
-    param: str,
-    obj: object,
-    device: torch.device,
-    check: Callable[[list[int]], object] | None = None,
-) -> tuple[Tensor, list[int] | None]:
-    """An int64 1-D tensor on ``device``, plus the host list when ``obj`` came from the host.
-
-    A tensor argument comes back as given when it is already int64: callers must not keep it
-    (the partition owns its index tensors). A host list is checked by ``check`` (if given) and
-    against the int64 range before it becomes a tensor.
-    """
-    if isinstance(obj, Tensor):
-        if obj.dtype == torch.bool or obj.dtype.is_floating_point or obj.dtype.is_complex:
-            raise type_error(func, param, "must have an integer dtype", obj.dtype)
-        if obj.dim() != 1:
-            raise value_error(func, param, "must be 1-D", f"shape {tuple(obj.shape)}")
-        if obj.device != device:
-            raise value_error(func, param, f"must be on the values' device {device}", obj.device)
-        return obj.to(torch.int64), None
-    if isinstance(obj, (Sequence, range)) and not isinstance(obj, str):
-        host = list(obj)
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in host):
-            bad = next(n for n in host if not isinstance(n, int) or isinstance(n, bool))
-            raise type_error(func, param, "must contain only ints", f"{bad!r}")
-        if check is not None:
-            check(host)
-        low, high = _INT64
-        for i, n in enumerate(host):
-            if not low <= n < high:
-                raise value_error(func, param, "must hold int64 values", f"{param}[{i}] = {n}")
-        return torch.tensor(host, dtype=torch.int64, device=device), host
-    raise type_error(
-        func, param, "must be a 1-D integer tensor or a sequence of ints", typename(obj)
-    )
-
-
-def readable(
-    func: Func, param: str, t: Tensor, remedy: str = "pass validate=False, or a list"
-) -> None:
-    """Checks that read ``t`` need its data: a meta tensor has none."""
-    if t.device.type == "meta":
-        expected = f"must hold data to read ({remedy}, for meta tensors)"
-        raise value_error(func, param, expected, "a tensor on the meta device")
-
-
-def _first(mask: Tensor) -> int:
-    """The index of the first ``True`` of a 1-D boolean tensor that has one (error paths)."""
-    return int(torch.argmax(mask.to(torch.int8)))
-
-
-def _named(func: Func, values: Tensor, partition: Partition, axes: object) -> RaggedArray:
-    names = check_names(func, axes, partition.ragged_ndim + values.dim())
-    return RaggedArray(values, partition, names)
-
-
-# --- lengths / offsets / segment ids --------------------------------------------------------
-
-
-def _check_lengths(
-    func: Func, host: list[int], total: int, total_text: str, param: str = "lengths"
-) -> None:
-    """Host lengths: each in ``[0, total]`` (checked before summing), summing to ``total``."""
-    for b, n in enumerate(host):
-        if n < 0:
-            raise value_error(func, param, "must be non-negative", f"{param}[{b}] = {n}")
-    for b, n in enumerate(host):
-        if n > total:
-            expected = f"must be at most {total_text} = {total}"
-            raise value_error(func, param, expected, f"{param}[{b}] = {n}")
-    if sum(host) != total:
-        raise value_error(func, param, f"must sum to {total_text} = {total}", f"sum {sum(host)}")
-
-
-def _checked_lengths(
-    func: Func, param: str, lengths: Tensor, total: int, total_text: str
-) -> tuple[int, int]:
-    """Tensor lengths checked as ``_check_lengths`` does (one read): ``(max, squares)``.
-
-    Each length is compared with ``total`` before the sum is trusted: with every length in
-    ``[0, total]`` an int64 sum cannot wrap unless ``B * total`` reaches ``2**63``, and then a
-    float64 sum decides.
-    """
-    readable(func, param, lengths)
-    if not lengths.numel():
-        if total != 0:
-            raise value_error(func, param, f"must sum to {total_text} = {total}", "sum 0")
-        return 0, 0
-    low, summed, high, squares = torch.stack(
-        [lengths.min(), lengths.sum(), lengths.max(), (lengths * lengths).sum()]
-    ).tolist()
-    if low < 0:
-        b = _first(lengths < 0)
-        raise value_error(func, param, "must be non-negative", f"{param}[{b}] = {int(lengths[b])}")
-    if high > total:
-        b = _first(lengths > total)
-        expected = f"must be at most {total_text} = {total}"
-        raise value_error(func, param, expected, f"{param}[{b}] = {int(lengths[b])}")
-    if lengths.shape[0] * total >= 2**63:  # the int64 sum may have wrapped
-        summed = round(float(lengths.to(torch.float64).sum()))
-    if summed != total:
-        raise value_error(func, param, f"must sum to {total_text} = {total}", f"sum {summed}")
-    return high, squares
 
 
 @public("constructors")
@@ -288,27 +173,6 @@ def from_offsets(
     return _named(func, values, Partition((level,)), axes)
 
 
-def _check_offsets(
-    func: Func,
-    first: int,
-    decrease: int | None,
-    last: int,
-    total: int,
-    at: Callable[[int], int],
-) -> None:
-    """Offsets start at 0, never decrease (``decrease``: the first index that does), and end
-    at ``total``; with these, every offset lies in ``[0, total]``."""
-    if first != 0:
-        raise value_error(func, "offsets", "must start at 0", f"offsets[0] = {first}")
-    if decrease is not None:
-        i = decrease
-        got = f"offsets[{i}] = {at(i)} < offsets[{i - 1}] = {at(i - 1)}"
-        raise value_error(func, "offsets", "must be non-decreasing", got)
-    if last != total:
-        expected = f"must end at values.shape[0] = {total}"
-        raise value_error(func, "offsets", expected, f"offsets[-1] = {last}")
-
-
 @public("constructors")
 def from_segment_ids(
     values: Tensor,
@@ -352,156 +216,6 @@ def from_segment_ids(
         func, "segment_ids", ids, num_segments, host is not None or _checking(validate)
     )
     return _named(func, values, Partition((level,)), axes)
-
-
-def segment_ids_level(func: Func, param: str, ids: Tensor, num: int, check: bool) -> RowPartition:
-    """The level of sorted segment ``ids`` in ``[0, num)`` (checked with one read when
-    ``check``; otherwise ``RowPartition.from_unchecked_row_ids``). The caller's ``ids``
-    are not kept."""
-    total = ids.shape[0]
-    if num == 0 and total:  # no segment to hold the rows (no read)
-        raise value_error(func, param, "must be in [0, 0)", "ids for 0 segments")
-    if not check:
-        return RowPartition.from_unchecked_row_ids(ids, num)
-    if total == 0:
-        return RowPartition.from_row_ids(ids.clone(), num, 0, 0)
-    readable(func, param, ids)
-    unsorted = (ids[1:] < ids[:-1]).to(torch.int64)  # compared, not diffed: no wrap-around
-    lengths = torch.bincount(ids.clamp(0, max(num - 1, 0)), minlength=num)
-    low, high, unsorted_n, longest, squares = torch.stack(
-        [ids.min(), ids.max(), unsorted.sum(), lengths.max(), (lengths * lengths).sum()]
-    ).tolist()
-    if unsorted_n:
-        at = int(torch.argmax(unsorted)) + 1
-        got = f"{param}[{at}] = {int(ids[at])} < {param}[{at - 1}] = {int(ids[at - 1])}"
-        raise value_error(func, param, "must be sorted (non-decreasing)", got)
-    if low < 0 or high >= num:
-        raise value_error(func, param, f"must be in [0, {num})", f"id {low if low < 0 else high}")
-
-    return RowPartition.from_row_ids(ids.clone(), num, longest, squares)
-
-
-# --- padded / nested ------------------------------------------------------------------------
-
-
-@public("constructors")
-def from_padded(
-    padded: Tensor,
-    lengths: Tensor | Sequence[int] | None = None,
-    *,
-    mask: Tensor | None = None,
-    axes: Sequence[str] | None = None,
-    pairs: bool = False,
-) -> RaggedArray:
-    """The rows ``padded[b, :lengths[b]]`` of a dense ``(B, L, *inner)`` tensor, packed.
-
-    Give either ``lengths`` or a prefix ``mask`` (``True`` on the first ``lengths[b]``
-    positions of each row, as HuggingFace ``attention_mask``), or neither for full rows. The
-    output size depends on the data: this reads the lengths back once (one host sync) unless
-    they are given as a Python sequence.
-
-    Args:
-        padded: ``(B, L, *inner)``, or ``(B, L, L, *inner)`` with ``pairs=True``.
-        lengths: per-segment lengths in ``[0, L]``.
-        mask: boolean ``(B, L)``; must be left-aligned (a prefix of each row).
-        axes: optional unique names, one per logical axis.
-        pairs: read a padded pair map: the result is the ``(B, L*, L*, *inner)`` array of the
-            blocks ``padded[b, :L_b, :L_b]`` (a product partition, see ``Partition.outer``).
-
-    Returns:
-        A RaggedArray whose values are gathered from ``padded`` (differentiable).
-
-    >>> import ragged, torch
-    >>> padded = torch.tensor([[1, 2, 0], [3, 0, 0]])
-    >>> ragged.from_padded(padded, mask=padded != 0).to_list()
-    [[1, 2], [3]]
-    >>> ragged.from_padded(torch.arange(8).reshape(2, 2, 2), [2, 1], pairs=True).to_list()
-    [[[0, 1], [2, 3]], [[4]]]
-    >>> ragged.from_padded(padded, mask=torch.tensor([[True, False, True], [True, False, False]]))
-    Traceback (most recent call last):
-    ValueError: ragged.from_padded: `mask` must be left-aligned (True on a prefix of each row), got row 0 = [True, False, True].
-    """
-    func = from_padded
-    if not isinstance(padded, Tensor):
-        raise type_error(func, "padded", "must be a Tensor", typename(padded))
-    needed = 3 if pairs else 2
-    if padded.dim() < needed:
-        expected = "(B, L, L, ...)" if pairs else "(B, L, ...)"
-        raise value_error(
-            func, "padded", f"must have at least {needed} dims {expected}", tuple(padded.shape)
-        )
-    num, width = padded.shape[0], padded.shape[1]
-    if pairs and padded.shape[2] != width:
-        raise value_error(
-            func, "padded", "must be square in dims 1 and 2 for pairs=True", tuple(padded.shape)
-        )
-    level = _padded_level(func, lengths, mask, num, width, padded.device)
-    if not pairs:
-        index = level.row_ids * width + level.positions()
-        values = padded.reshape(num * width, *padded.shape[2:]).index_select(0, index)
-        return _named(func, values, Partition((level,)), axes)
-    partition = Partition.outer(level, level)
-    cells = partition.levels[1]
-    row = cells.row_ids
-    segment = level.row_ids.index_select(0, row)
-    i = level.positions().index_select(0, row)
-    index = (segment * width + i) * width + cells.positions()
-    values = padded.reshape(num * width * width, *padded.shape[3:]).index_select(0, index)
-    return _named(func, values, partition, axes)
-
-
-def _padded_level(
-    func: Func,
-    lengths: Tensor | Sequence[int] | None,
-    mask: Tensor | None,
-    num: int,
-    width: int,
-    device: torch.device,
-) -> RowPartition:
-    """The first ragged level of ``from_padded``, from lengths, a prefix mask, or full rows."""
-    if lengths is not None and mask is not None:
-        raise TypeError(f"{name_of(func)}: pass `lengths` or `mask`, not both.")
-    host: list[int] | None
-    if mask is not None:
-        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            raise type_error(func, "mask", "must be a bool Tensor", typename(mask))
-        if tuple(mask.shape) != (num, width):
-            raise value_error(func, "mask", f"must have shape ({num}, {width})", tuple(mask.shape))
-        readable(func, "mask", mask, "pass lengths as a list")
-        lengths_t = mask.sum(1)
-        prefix = torch.arange(width, device=mask.device) < lengths_t[:, None]
-        bad_rows = (prefix != mask).any(1)
-        if bool(bad_rows.any()):
-            row = int(torch.argmax(bad_rows.to(torch.int8)))
-            got = f"row {row} = {mask[row].tolist()}"
-            raise value_error(
-                func, "mask", "must be left-aligned (True on a prefix of each row)", got
-            )
-        host = None
-    elif lengths is not None:
-        lengths_t, host = _index_arg(func, "lengths", lengths, device)
-        if lengths_t.shape[0] != num:
-            raise value_error(func, "lengths", f"must have {num} entries", lengths_t.shape[0])
-    else:
-        lengths_t = torch.full((num,), width, dtype=torch.int64, device=device)
-        host = [width] * num
-    if host is None:
-        readable(func, "lengths", lengths_t, "pass lengths as a list")
-        stats = (
-            torch.stack(
-                [lengths_t.min(), lengths_t.max(), lengths_t.sum(), (lengths_t * lengths_t).sum()]
-            )
-            if num
-            else None
-        )
-        low, high, total, squares = stats.tolist() if stats is not None else (0, 0, 0, 0)
-        lengths_t = lengths_t.clone() if lengths_t is lengths else lengths_t  # own it
-    else:
-        low, high, total = min(host, default=0), max(host, default=0), sum(host)
-        squares = sum(n * n for n in host)
-    if low < 0 or high > width:
-        raise value_error(func, "lengths", f"must be in [0, {width}]", f"min {low}, max {high}")
-    return RowPartition.from_lengths(lengths_t, total, high, squares)
 
 
 @public("constructors")
@@ -564,151 +278,3 @@ def from_nested_lengths(
             level = RowPartition.from_unchecked_lengths(lengths_t, total)
         levels.append(level)
     return _named(func, values, Partition(tuple(levels)), axes)
-
-
-@public("constructors")
-def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray:
-    """A RaggedArray sharing the values of a ``torch.nested`` jagged tensor.
-
-    The offsets are copied (the array owns its index tensors) and, as torch does not check
-    them, made well formed without reading them (see
-    ``ragged.RowPartition.from_unchecked_offsets``). A jagged tensor with holes (built with
-    ``lengths``) is compacted (its values are copied).
-
-    >>> import ragged, torch
-    >>> nt = torch.nested.nested_tensor([torch.ones(2), torch.zeros(1)], layout=torch.jagged)
-    >>> ragged.from_nested(nt).to_list()
-    [[1.0, 1.0], [0.0]]
-    """
-    func = from_nested
-    if not isinstance(nt, Tensor) or not nt.is_nested or nt.layout != torch.jagged:
-        raise type_error(
-            func, "nt", "must be a torch.nested tensor with layout=torch.jagged", typename(nt)
-        )
-    ragged_dim = getattr(nt, "_ragged_idx", 1)
-    if ragged_dim != 1:
-        raise value_error(func, "nt", "must be ragged along dim 1", f"ragged dim {ragged_dim}")
-    values, offsets, holes = nt.values(), nt.offsets(), nt.lengths()  # type: ignore[attr-defined]
-    total = values.shape[0]
-    if holes is None:
-        level = RowPartition.from_unchecked_offsets(offsets.to(torch.int64), total)
-    else:  # every kept row must lie inside `values`: clamp the starts and the lengths
-        starts = offsets[:-1].to(torch.int64).clamp(0, total)
-        lengths_t = torch.minimum(holes.to(torch.int64).clamp(min=0), total - starts)
-        level = RowPartition.from_lengths(lengths_t, int(lengths_t.sum()))
-        values = values[starts[level.row_ids] + level.positions()]
-    return _named(func, values, Partition((level,)), axes)
-
-
-# --- segments as tensors or nested Python lists ---------------------------------------------
-
-
-def _segments_from_tensors(
-    func: Func, data: Sequence[Any], dtype: torch.dtype | None, device: Any
-) -> tuple[Tensor, list[int]]:
-    tensors = [seg if isinstance(seg, Tensor) else torch.as_tensor(seg) for seg in data]
-    for b, seg in enumerate(tensors):
-        if seg.dim() == 0:
-            raise value_error(
-                func,
-                "data",
-                "must hold one sequence of rows per segment",
-                f"data[{b}] = {data[b]!r}",
-            )
-    dtypes = {seg.dtype for seg in tensors}
-    if dtype is None and len(dtypes) > 1:
-        raise type_error(
-            func,
-            "data",
-            "must hold tensors of one dtype (or pass dtype=)",
-            sorted(map(str, dtypes)),
-        )
-    devices = {seg.device for seg in tensors}
-    if len(devices) > 1:
-        raise value_error(
-            func, "data", "must hold tensors on one device", sorted(map(str, devices))
-        )
-    inner = {tuple(seg.shape[1:]) for seg in tensors}
-    if len(inner) > 1:
-        raise value_error(
-            func, "data", "must hold segments with one inner shape", f"inner shapes {sorted(inner)}"
-        )
-    values = torch.cat(tensors) if tensors else torch.empty(0)
-    return values.to(dtype=dtype, device=device), [seg.shape[0] for seg in tensors]
-
-
-@public("constructors")
-def array(
-    data: Sequence[Any],
-    *,
-    axes: Sequence[str] | None = None,
-    dtype: torch.dtype | None = None,
-    device: torch.device | str | None = None,
-    ragged_ndim: int | None = None,
-) -> RaggedArray:
-    """A RaggedArray from a sequence of segments (tensors, arrays or nested lists).
-
-    Args:
-        data: one entry per segment, each a tensor (or array-like) of shape ``(L_b, *inner)``
-            or a nested list of rows; or an awkward array (see
-            [`ragged.from_awkward`][ragged.from_awkward]). Tensors must share dtype (unless ``dtype`` is given),
-            device and inner shape; nested lists must share their depth.
-        axes: optional unique names, one per logical axis.
-        dtype: convert the values to this dtype (lists: infer, as ``torch.tensor`` does).
-        device: put the values on this device.
-        ragged_ndim: number of ragged axes for nested lists (e.g. 2 for documents -> sentences
-            -> tokens). Default: the fewest that fit the data (the deepest axis whose lists
-            differ in length); pass it in data pipelines, where a batch whose sentences happen to
-            have equal lengths must not come out with a dense axis.
-
-    >>> import ragged, torch
-    >>> ragged.array([torch.ones(2, 3), torch.zeros(0, 3)]).shape
-    RaggedShape(2, [2, 0], 3)
-    >>> ragged.array([[1, 2], [3.5]]).to_list()
-    [[1.0, 2.0], [3.5]]
-    >>> ragged.array([[[1, 2], [3]], [[4]]]).shape          # documents -> sentences -> tokens
-    RaggedShape(2, [2, 1], [[2, 1], [1]])
-    >>> ragged.array([[[1, 2]], [[3, 4], [5, 6]]], ragged_ndim=2).shape
-    RaggedShape(2, [1, 2], [[2], [2, 2]])
-    >>> ragged.array([[1, 2], [[3]]])
-    Traceback (most recent call last):
-    ValueError: ragged.array: `data` must be nested lists of one consistent depth, got depths [2, 3].
-    """
-    func = array
-    if is_awkward(data):  # an awkward array of lists: its buffers, shared where they can be
-        return from_awkward(data, axes=axes, dtype=dtype, device=device, ragged_ndim=ragged_ndim)
-    if isinstance(data, Tensor) or not isinstance(data, Sequence) or isinstance(data, str):
-        raise type_error(
-            func,
-            "data",
-            "must be a list of segments (for a dense tensor use ragged.from_padded)",
-            typename(data),
-        )
-    if dtype is not None and not isinstance(dtype, torch.dtype):
-        raise type_error(func, "dtype", "must be a torch.dtype", typename(dtype))
-    if ragged_ndim is not None and (
-        isinstance(ragged_ndim, bool) or not isinstance(ragged_ndim, int)
-    ):
-        raise type_error(func, "ragged_ndim", "must be an int or None", typename(ragged_ndim))
-    if all(isinstance(seg, (list, tuple)) for seg in data):
-        values, levels = from_lists(func, data, ragged_ndim, dtype, device)
-    else:
-        if ragged_ndim not in (None, 1):
-            raise value_error(
-                func, "ragged_ndim", "must be 1 for segments given as tensors", ragged_ndim
-            )
-        values, lengths = _segments_from_tensors(func, data, dtype, device)
-        levels = [lengths]
-    return _named(func, values, host_partition(levels, values.device), axes)
-
-
-def host_partition(levels: Sequence[list[int]], device: torch.device) -> Partition:
-    """A partition from trusted host lengths per level (max length and squares recorded)."""
-    built = []
-    for lengths in levels:
-        lengths_t = torch.tensor(lengths, dtype=torch.int64, device=device)
-        squares = sum(n * n for n in lengths)
-        built.append(
-            RowPartition.from_lengths(lengths_t, sum(lengths), max(lengths, default=0), squares)
-        )
-    return Partition(tuple(built))

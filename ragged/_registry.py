@@ -15,7 +15,7 @@ section. From these declarations come:
   (``tools/generate.py``);
 * the coverage tests (``tests/test_registry.py``): a public callable that is not declared, or a
   declared op without an op-table entry, fails the suite;
-* the torch-native door (``ragged/ops/_torch.py``): the ``torch`` functions and ``Tensor``
+* the torch-native door (``ragged/ops/_torch/``): the ``torch`` functions and ``Tensor``
   methods an op answers (``torch=``, ``methods=``, with torch's spelling of its arguments in
   ``torch_args=``), and those answered without an op of their own (``torch_function``: the
   pointwise functions, ``torch.max`` with indices, ...), become the dispatch table of
@@ -274,7 +274,7 @@ class TorchSpec:
     """torch functions and Tensor methods answered without an op of their own.
 
     Declared with ``torch_function`` next to their handler (``ragged/ops/_pointwise.py`` for
-    the pointwise functions, ``ragged/ops/_torch.py`` for the others).
+    the pointwise functions, ``ragged/ops/_torch/`` for the others).
 
     Attributes:
         fns: the torch callables (``torch.exp``, ``torch.nn.functional.gelu``).

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragged.kernels import _native, _segment
+from ragged.kernels import _native, _native_build, _segment
 
 PATHS = ["composite", "torch", "native"]
 
@@ -15,7 +15,7 @@ def use_path(name: str, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setattr(_segment, "_FAST_MIN_NUMEL", smallest)
     monkeypatch.setattr(_segment, "_NATIVE_MIN_NUMEL", {"reduce": smallest, "rows": smallest})
     if name == "torch":
-        monkeypatch.setitem(_native._state, "lib", None)
+        monkeypatch.setitem(_native_build._state, "lib", None)
     if name == "native" and _native.library() is None:
         pytest.skip("no C compiler here: the native kernels cannot be built")
     return name

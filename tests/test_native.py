@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import ragged
-from ragged.kernels import _native
+from ragged.kernels import _native, _native_build
 
 needs_native = pytest.mark.skipif(
     _native.library() is None, reason="no C compiler here: the native kernels cannot be built"
@@ -17,8 +17,8 @@ needs_native = pytest.mark.skipif(
 
 
 def _fresh(monkeypatch, tmp_path, **env):
-    monkeypatch.setitem(_native._state, "lib", None)
-    monkeypatch.delitem(_native._state, "lib")
+    monkeypatch.setitem(_native_build._state, "lib", None)
+    monkeypatch.delitem(_native_build._state, "lib")
     monkeypatch.setenv("RAGGED_CACHE_DIR", str(tmp_path))
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -30,7 +30,7 @@ def test_builds_once_into_the_cache(monkeypatch, tmp_path):
     assert _native.library() is not None
     (built,) = tmp_path.iterdir()
     stamp = built.stat().st_mtime_ns
-    monkeypatch.delitem(_native._state, "lib")
+    monkeypatch.delitem(_native_build._state, "lib")
     assert _native.library() is not None  # loaded from the cache, not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [built.name]
     assert built.stat().st_mtime_ns == stamp

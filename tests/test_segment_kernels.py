@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from ragged.kernels import _segment
+from ragged.kernels import _segment, _segment_softmax, _segment_stats
 from ragged.kernels._segment import Segments
 from tests.paths import PATHS, use_path
 from tests.strategies import ragged_arrays
@@ -35,12 +35,12 @@ def kernels():
         "amax": (lambda v, s: _segment.segment_amax(v, s, -7.0), lambda t: t.amax(0), -7.0),
         "amin": (lambda v, s: _segment.segment_amin(v, s, 7.0), lambda t: t.amin(0), 7.0),
         "logsumexp": (
-            lambda v, s: _segment.segment_logsumexp(v, s),
+            lambda v, s: _segment_softmax.segment_logsumexp(v, s),
             lambda t: t.logsumexp(0),
             float("-inf"),
         ),
         "var": (
-            lambda v, s: _segment.segment_var(v, s, 1),
+            lambda v, s: _segment_stats.segment_var(v, s, 1),
             lambda t: t.var(0) if t.shape[0] > 1 else torch.full_like(t[0], float("nan")),
             float("nan"),
         ),
@@ -58,7 +58,7 @@ def test_reductions_match_reference(path, name, x):
 @pytest.mark.parametrize("log", [False, True])
 @given(x=ragged_arrays(inner=(2,)))
 def test_softmax_matches_reference(path, log, x):
-    out = _segment.segment_softmax(x.values, segments_of(x), log=log)
+    out = _segment_softmax.segment_softmax(x.values, segments_of(x), log=log)
     fn = torch.log_softmax if log else torch.softmax
     expected = [fn(s, 0) for s in x.unbind()]
     torch.testing.assert_close(out, torch.cat(expected) if expected else out)
@@ -67,11 +67,11 @@ def test_softmax_matches_reference(path, log, x):
 CASES = [
     ("sum", lambda v, s: _segment.segment_sum(v, s)),
     ("amax", lambda v, s: _segment.segment_amax(v, s, 0.0)),
-    ("softmax", lambda v, s: _segment.segment_softmax(v, s)),
-    ("log_softmax", lambda v, s: _segment.segment_softmax(v, s, log=True)),
-    ("logsumexp", lambda v, s: _segment.segment_logsumexp(v, s)),
-    ("var", lambda v, s: _segment.segment_var(v, s, 1)),
-    ("var_correction0", lambda v, s: _segment.segment_var(v, s, 0)),
+    ("softmax", lambda v, s: _segment_softmax.segment_softmax(v, s)),
+    ("log_softmax", lambda v, s: _segment_softmax.segment_softmax(v, s, log=True)),
+    ("logsumexp", lambda v, s: _segment_softmax.segment_logsumexp(v, s)),
+    ("var", lambda v, s: _segment_stats.segment_var(v, s, 1)),
+    ("var_correction0", lambda v, s: _segment_stats.segment_var(v, s, 0)),
 ]
 
 

@@ -1,28 +1,7 @@
 """Native streaming segment kernels: a small C library compiled on first use, loaded with ctypes.
 
-Why native code. On sorted segments a reduction is one pass over the rows in order, with the
-segment's accumulators in cache and each output written once. No torch composition does that on
-CPU: measured here (one thread, ``[2**20, 64]`` float32 in 8192 segments; a copy into a warm
-buffer takes 20-26 ms, so a pass that reads the values once has a floor of 10-13 ms)
-``index_add_`` in chunks takes 15-17 ms, ``embedding_bag(mode="sum")`` 16-18 ms, a CSR matmul
-37-39 ms, ``segment_reduce`` 70 ms, while the C loop below takes 12-13 ms, as long as a loop
-that only reads the values, and level with JAX's ``segment_sum``. For softmax, logsumexp and the
-scans the gap is wider: their torch compositions make several passes and full-size temporaries.
-
-Why C through ctypes, not a torch C++ extension or Inductor. ``ragged/kernels/_native.c``
-includes only libc headers: it compiles in about 3 s of CPU time (once per machine), where a
-torch C++ extension including ``torch/extension.h`` took 32 s and a bare ``torch/library.h``
-op 10 s (measured here, ``g++ -O2``); Inductor's generated C++ needs the same compiler plus its
-own warm-up. Needs a C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang`` on the ``PATH``);
-nothing is built at install time.
-
-Cache and fallback. The library is built once per source, compiler, flags and CPU (the flags use
-``-march=native``; the CPU's model and feature flags are part of the key, so a shared home
-directory never loads code built for another CPU) into ``$RAGGED_CACHE_DIR`` (default
-``$XDG_CACHE_HOME/torch-ragged`` or ``~/.cache/torch-ragged``), written to a temporary file and
-renamed, so concurrent processes are safe. Without a compiler, when the build fails, or with
-``RAGGED_NATIVE=0``, :func:`library` returns ``None`` and every caller takes its torch path:
-same results, slower. The build is tried at most once per process.
+Why native code and why C through ctypes, the build cache and the fallback without a compiler:
+``ragged.kernels._native_build``. This module checks when the kernels can run and calls them.
 
 What it computes. Float32 and float64 CPU tensors ``[N, D]`` whose inner elements are contiguous
 (any row stride), grouped by int64 offsets into contiguous segments: sum, max/min, mean and
@@ -46,143 +25,22 @@ only (``torch.compile`` traces the torch composites, which Inductor fuses), CPU,
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import itertools
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 
+from ._native_build import library
+
 __all__ = ["differentiable", "empty", "library", "plain", "usable"]
 
-_SOURCE = Path(__file__).with_name("_native.c")
 _DTYPES = {torch.float32: "f32", torch.float64: "f64"}
-_FLAGS = ("-O3", "-fno-trapping-math", "-std=c99", "-shared", "-fPIC")
-_NATIVE_FLAGS = ("-march=native",)
-
-_lock = threading.Lock()
-_state: dict[str, Any] = {}  # "lib": the loaded library or None once tried
-
-
-def _cache_dir() -> Path:
-    if "RAGGED_CACHE_DIR" in os.environ:
-        return Path(os.environ["RAGGED_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "torch-ragged"
-
-
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return name
-    return None
-
-
-def _cpu_key() -> str:
-    """What ``-march=native`` depends on: the CPU model and feature flags where readable."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        wanted = [ln for ln in lines if ln.startswith(("flags", "model name", "Features"))]
-        return "\n".join(sorted(set(wanted)))
-    except OSError:
-        return f"{platform.machine()} {platform.processor()}"
-
-
-def _build(compiler: str, target: Path) -> bool:
-    """Compile the source into ``target`` (atomically); ``False`` if the compiler fails."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for extra in (_NATIVE_FLAGS, ()):  # without -march=native where the compiler rejects it
-        fd, tmp = tempfile.mkstemp(suffix=target.suffix, dir=target.parent)
-        os.close(fd)
-        cmd = [compiler, *_FLAGS, *extra, str(_SOURCE), "-o", tmp, "-lm"]
-        try:
-            done = subprocess.run(cmd, capture_output=True, timeout=120, check=False)
-            if done.returncode == 0:
-                os.replace(tmp, target)
-                return True
-        except (OSError, subprocess.SubprocessError):
-            pass
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    return False
-
-
-def _load() -> Any:
-    if os.environ.get("RAGGED_NATIVE", "1") == "0":
-        return None
-    compiler = _compiler()
-    if compiler is None:
-        return None
-    source = _SOURCE.read_bytes()
-    key = hashlib.sha256(
-        b"\0".join(
-            [
-                source,
-                compiler.encode(),
-                " ".join(_FLAGS + _NATIVE_FLAGS).encode(),
-                _cpu_key().encode(),
-                platform.platform().encode(),
-            ]
-        )
-    ).hexdigest()[:20]
-    suffix = ".dll" if os.name == "nt" else ".so"
-    target = _cache_dir() / f"segment_{key}{suffix}"
-    try:
-        if not target.exists() and not _build(compiler, target):
-            return None
-        lib = ctypes.CDLL(str(target))
-    except OSError:
-        return None
-    _declare(lib)
-    return lib
-
-
-def _declare(lib: Any) -> None:
-    i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    lib.rg_advise_huge.argtypes = [ptr, i64]
-    lib.rg_advise_huge.restype = i32
-    rows = [ptr, i64, i64, ptr, i64, i64]  # values, row stride, D, offsets, B, N
-    for suffix, real in (("f32", ctypes.c_float), ("f64", ctypes.c_double)):
-        signatures = {
-            "rg_sum": [*rows, ptr],
-            "rg_extreme": [*rows, real, i32, ptr],
-            "rg_moments": [*rows, ptr, ptr],
-            "rg_affine_rows": [*rows, ptr, ptr, ptr],
-            "rg_extreme_bwd": [*rows, ptr, ptr, i64, ptr],
-            "rg_logsumexp": [*rows, ptr],
-            "rg_logsumexp_bwd": [*rows, ptr, ptr, i64, ptr],
-            "rg_softmax": [*rows, i32, ptr],
-            "rg_softmax_bwd": [ptr, ptr, i64, i64, ptr, i64, i64, i32, ptr],
-            "rg_scan": [*rows, i32, i32, i32, ptr],
-            "rg_scan_bwd": [ptr, i64, ptr, ptr, i64, i64, ptr, i64, i64, i32, i32, i32, ptr],
-        }
-        for name, args in signatures.items():
-            fn = getattr(lib, f"{name}_{suffix}")
-            fn.argtypes = args
-            fn.restype = ctypes.c_int
-
-
-def library() -> Any:
-    """The loaded library, or ``None`` where it cannot be built (then torch paths run).
-
-    The first call builds or loads it (about a second to build, once per machine).
-    """
-    if "lib" not in _state:
-        with _lock:
-            if "lib" not in _state:
-                _state["lib"] = _load()
-    return _state["lib"]
+_lock = threading.Lock()  # guards the worker pool
 
 
 def plain(t: Tensor) -> bool:
@@ -363,141 +221,69 @@ def _reduced(values: Tensor, offsets: Tensor) -> Tensor:
     return values.new_empty((offsets.shape[0] - 1, *values.shape[1:]))
 
 
+def _launch_rows(name: str, values: Tensor, offsets: Tensor, *args: Any) -> None:
+    """:func:`_launch` of a kernel whose leading arguments are the rows of ``values`` (pointer,
+    row stride, row size), the offsets, the segment count and the row count; then ``args``."""
+    v, rs, d = _rows(values)
+    _launch(
+        name, v.dtype, offsets, v.numel(), v.data_ptr(), rs, d, _OFFSETS, _NUM, v.shape[0], *args
+    )
+
+
+def _reduction_backward(
+    name: str, values: Tensor, offsets: Tensor, result: Tensor, grad: Tensor
+) -> Tensor:
+    """The rows' gradient by kernel ``name``, the backward of a reduction whose per-segment
+    ``result`` it reads, from ``grad`` (per segment, possibly broadcast)."""
+    result = result.contiguous()
+    g, gs = _grad_rows(grad, result.shape)
+    out = empty(values.shape, values.dtype)
+    per_segment_grad = _PerSegment(g.data_ptr(), gs * g.element_size())
+    _launch_rows(name, values, offsets, _per_segment(result), per_segment_grad, gs, out.data_ptr())
+    return out
+
+
 def segment_sum(values: Tensor, offsets: Tensor) -> Tensor:
     """``[B, *inner]`` sums of the segments ``values[offsets[b]:offsets[b + 1]]``."""
-    v, rs, d = _rows(values)
     out = _reduced(values, offsets)
-    n = v.shape[0]
-    _launch(
-        "rg_sum",
-        v.dtype,
-        offsets,
-        v.numel(),
-        v.data_ptr(),
-        rs,
-        d,
-        _OFFSETS,
-        _NUM,
-        n,
-        _per_segment(out),
-    )
+    _launch_rows("rg_sum", values, offsets, _per_segment(out))
     return out
 
 
 def segment_moments(values: Tensor, offsets: Tensor) -> tuple[Tensor, Tensor]:
     """Per-segment mean and sum of squared deviations from it (NaN and 0 for empty ones)."""
-    v, rs, d = _rows(values)
     mean = _reduced(values, offsets)
     m2 = torch.empty_like(mean)
-    n = v.shape[0]
-    _launch(
-        "rg_moments",
-        v.dtype,
-        offsets,
-        v.numel(),
-        v.data_ptr(),
-        rs,
-        d,
-        _OFFSETS,
-        _NUM,
-        n,
-        _per_segment(mean),
-        _per_segment(m2),
-    )
+    _launch_rows("rg_moments", values, offsets, _per_segment(mean), _per_segment(m2))
     return mean, m2
 
 
 def affine_rows(values: Tensor, offsets: Tensor, scale: Tensor, centre: Tensor) -> Tensor:
     """``scale[b] * (values - centre[b])`` for the rows of every segment ``b``."""
-    v, rs, d = _rows(values)
     scale, centre = scale.contiguous(), centre.contiguous()
     out = empty(values.shape, values.dtype)
-    n = v.shape[0]
-    _launch(
-        "rg_affine_rows",
-        v.dtype,
-        offsets,
-        v.numel(),
-        v.data_ptr(),
-        rs,
-        d,
-        _OFFSETS,
-        _NUM,
-        n,
-        _per_segment(scale),
-        _per_segment(centre),
-        out.data_ptr(),
+    _launch_rows(
+        "rg_affine_rows", values, offsets, _per_segment(scale), _per_segment(centre), out.data_ptr()
     )
     return out
 
 
 def segment_extreme(values: Tensor, offsets: Tensor, fill: float, largest: bool) -> Tensor:
     """Per-segment max (``largest``) or min; NaN propagates; empty segments give ``fill``."""
-    v, rs, d = _rows(values)
     out = _reduced(values, offsets)
-    n = v.shape[0]
-    _launch(
-        "rg_extreme",
-        v.dtype,
-        offsets,
-        v.numel(),
-        v.data_ptr(),
-        rs,
-        d,
-        _OFFSETS,
-        _NUM,
-        n,
-        fill,
-        int(largest),
-        _per_segment(out),
-    )
+    _launch_rows("rg_extreme", values, offsets, fill, int(largest), _per_segment(out))
     return out
 
 
 def segment_extreme_backward(values: Tensor, offsets: Tensor, best: Tensor, grad: Tensor) -> Tensor:
     """Gradient of :func:`segment_extreme`: split evenly among the rows attaining it."""
-    v, rs, d = _rows(values)
-    best = best.contiguous()
-    g, gs = _grad_rows(grad, best.shape)
-    out = empty(values.shape, values.dtype)
-    n = v.shape[0]
-    _launch(
-        "rg_extreme_bwd",
-        v.dtype,
-        offsets,
-        v.numel(),
-        v.data_ptr(),
-        rs,
-        d,
-        _OFFSETS,
-        _NUM,
-        n,
-        _per_segment(best),
-        _PerSegment(g.data_ptr(), gs * g.element_size()),
-        gs,
-        out.data_ptr(),
-    )
-    return out
+    return _reduction_backward("rg_extreme_bwd", values, offsets, best, grad)
 
 
 def segment_logsumexp(values: Tensor, offsets: Tensor) -> Tensor:
     """Per-segment ``log(sum(exp(rows)))``, shifted by the segment's finite maximum."""
-    v, rs, d = _rows(values)
     out = _reduced(values, offsets)
-    n = v.shape[0]
-    _launch(
-        "rg_logsumexp",
-        v.dtype,
-        offsets,
-        v.numel(),
-        v.data_ptr(),
-        rs,
-        d,
-        _OFFSETS,
-        _NUM,
-        n,
-        _per_segment(out),
-    )
+    _launch_rows("rg_logsumexp", values, offsets, _per_segment(out))
     return out
 
 
@@ -505,49 +291,13 @@ def segment_logsumexp_backward(
     values: Tensor, offsets: Tensor, out: Tensor, grad: Tensor
 ) -> Tensor:
     """``grad[b] * exp(values - out[b])`` for the rows of every segment ``b``."""
-    v, rs, d = _rows(values)
-    out = out.contiguous()
-    g, gs = _grad_rows(grad, out.shape)
-    result = empty(values.shape, values.dtype)
-    n = v.shape[0]
-    _launch(
-        "rg_logsumexp_bwd",
-        v.dtype,
-        offsets,
-        v.numel(),
-        v.data_ptr(),
-        rs,
-        d,
-        _OFFSETS,
-        _NUM,
-        n,
-        _per_segment(out),
-        _PerSegment(g.data_ptr(), gs * g.element_size()),
-        gs,
-        result.data_ptr(),
-    )
-    return result
+    return _reduction_backward("rg_logsumexp_bwd", values, offsets, out, grad)
 
 
 def segment_softmax(values: Tensor, offsets: Tensor, log: bool) -> Tensor:
     """Softmax (or log-softmax) of the rows of every segment, elementwise over inner axes."""
-    v, rs, d = _rows(values)
     out = empty(values.shape, values.dtype)
-    n = v.shape[0]
-    _launch(
-        "rg_softmax",
-        v.dtype,
-        offsets,
-        v.numel(),
-        v.data_ptr(),
-        rs,
-        d,
-        _OFFSETS,
-        _NUM,
-        n,
-        int(log),
-        out.data_ptr(),
-    )
+    _launch_rows("rg_softmax", values, offsets, int(log), out.data_ptr())
     return out
 
 
@@ -582,24 +332,9 @@ def segment_scan(
     values: Tensor, offsets: Tensor, op: str, reverse: bool, exclusive: bool
 ) -> Tensor:
     """The scan ``op`` within every segment (from its end with ``reverse``)."""
-    v, rs, d = _rows(values)
     out = empty(values.shape, values.dtype)
-    n = v.shape[0]
-    _launch(
-        "rg_scan",
-        v.dtype,
-        offsets,
-        v.numel(),
-        v.data_ptr(),
-        rs,
-        d,
-        _OFFSETS,
-        _NUM,
-        n,
-        SCAN_OPS[op],
-        int(reverse),
-        int(exclusive),
-        out.data_ptr(),
+    _launch_rows(
+        "rg_scan", values, offsets, SCAN_OPS[op], int(reverse), int(exclusive), out.data_ptr()
     )
     return out
 

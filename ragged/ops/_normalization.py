@@ -21,7 +21,8 @@ from .._axes import KEEP, normalize_axis
 from .._errors import Func, type_error, value_error
 from .._registry import op
 from .._versions import check_unchanged
-from ..kernels._segment import gather, segment_softmax, segment_sum
+from ..kernels._segment import gather, segment_sum
+from ..kernels._segment_softmax import segment_softmax
 from ._grouping import group
 
 

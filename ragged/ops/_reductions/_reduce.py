@@ -30,7 +30,8 @@ from ..._errors import Func, type_error, value_error
 from ..._partition import Partition, RowPartition
 from ..._registry import op
 from ..._versions import check_unchanged
-from ...kernels._segment import Segments, segment_amax, segment_amin, segment_prod, segment_sum
+from ...kernels._segment import Segments, segment_amax, segment_amin, segment_sum
+from ...kernels._segment_stats import segment_prod
 from .._grouping import group
 from ._typing import reduction
 

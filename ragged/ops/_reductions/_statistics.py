@@ -15,14 +15,9 @@ from ..._array import RaggedArray
 from ..._axes import REDUCE
 from ..._errors import type_error
 from ..._registry import op
-from ...kernels._segment import (
-    Segments,
-    segment_amax,
-    segment_amin,
-    segment_logsumexp,
-    segment_sum,
-    segment_var,
-)
+from ...kernels._segment import Segments, segment_amax, segment_amin, segment_sum
+from ...kernels._segment_softmax import segment_logsumexp
+from ...kernels._segment_stats import segment_var
 from ._reduce import _ARGS, Axis, _float_only, reduce
 from ._typing import moment, reduction
 from ._typing import norm as typed_norm
