@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 
 import ragged
-from ragged.kernels._segment import Segments, segment_softmax
 
 
 def make_graphs(num_graphs: int, features: int, gen: torch.Generator):
@@ -44,10 +43,8 @@ def make_graphs(num_graphs: int, features: int, gen: torch.Generator):
 
 
 def edge_softmax(scores: ragged.RaggedArray) -> ragged.RaggedArray:
-    """Softmax over each node's incoming edges (the segment kernel of ``ragged.ops``)."""
-    level = scores.partition.levels[0]
-    segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
-    return scores.with_values(segment_softmax(scores.values, segments))
+    """Softmax over each node's incoming edges: the ragged axis of ``(node, in_edge*)``."""
+    return ragged.softmax(scores, "in_edge")
 
 
 def targets(nodes: ragged.RaggedArray, edges: ragged.RaggedArray) -> torch.Tensor:
