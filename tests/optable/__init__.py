@@ -96,6 +96,10 @@ class OpInfo:
         levels_compile: the first ``levels`` sample compiles to one graph across nested
             batches (default: ``compile and not data_dependent``).
         levels_reason: why the op has no multi-level samples of its own, or is not lifted.
+        fast_gradcheck: ``gradcheck``/``gradgradcheck`` in fast mode (the Jacobian against a
+            random projection instead of column by column), for ops whose many samples would
+            take tens of seconds in full (attention, pair maps); the full check runs on the
+            first sample.
     """
 
     name: str
@@ -117,6 +121,7 @@ class OpInfo:
     levels: LevelSampleFn | None = None
     levels_compile: bool | None = None
     levels_reason: str = ""
+    fast_gradcheck: bool = False
 
     @property
     def id(self) -> str:

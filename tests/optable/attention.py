@@ -478,6 +478,7 @@ OPS = [
         reference=attention_reference,
         samples=attention_samples,
         errors=ERRORS,
+        fast_gradcheck=True,
     ),
     OpInfo(
         name="attention",
@@ -485,6 +486,7 @@ OPS = [
         op=attention_with_bias,
         reference=attention_reference,
         samples=attention_bias_samples,
+        fast_gradcheck=True,
     ),
     OpInfo(
         name="attention",
@@ -492,6 +494,7 @@ OPS = [
         op=ragged.attention,
         reference=attention_reference,
         samples=gqa_samples,
+        fast_gradcheck=True,
     ),
     OpInfo(
         name="attention",

@@ -239,6 +239,7 @@ OPS = [
         pair_dot_reference,
         pair_dot_samples,
         errors=PAIR_DOT_ERRORS,
+        fast_gradcheck=True,
     ),
     OpInfo(
         "pair_matmul",
