@@ -25,26 +25,11 @@ import torch
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._axes import NEW, ROWS, normalize_axis
+from .._axes import NEW, ROWS
 from .._errors import Func, type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import op
-from ._indexing._axis import filter_plan, whole_rows
-
-
-def _check_x(func: Func, x: Any, param: str = "x") -> RaggedArray:
-    if not isinstance(x, RaggedArray):
-        raise type_error(func, param, "must be a RaggedArray", typename(x))
-    return x
-
-
-def _axis(func: Func, x: RaggedArray, axis: Any) -> int:
-    dim = normalize_axis(func, x, axis)
-    if not 1 <= dim <= x.ragged_ndim:
-        raise value_error(
-            func, "axis", f"must be a ragged axis (1 to {x.ragged_ndim}, or a name)", repr(axis)
-        )
-    return dim
+from ._indexing._axis import checked_array, filter_plan, ragged_axis, whole_rows
 
 
 def _check_k(func: Func, k: Any, x: RaggedArray, dim: int = 1) -> int | Tensor:
@@ -134,8 +119,8 @@ def sample_mask(
     tensor([2, 0, 1, 2])
     """
     func = sample_mask
-    x = _check_x(func, x)
-    dim = _axis(func, x, axis)
+    x = checked_array(func, x)
+    dim = ragged_axis(func, x, axis)
     k = _check_k(func, k, x, dim)
     chosen = _chosen(x, dim, k, generator)
     partition = x.partition if dim == x.ragged_ndim else Partition(x.partition.levels[:dim])
@@ -191,8 +176,8 @@ def sample(
     tensor([3, 0, 3, 3])
     """
     func = sample
-    x = _check_x(func, x)
-    dim = _axis(func, x, axis)
+    x = checked_array(func, x)
+    dim = ragged_axis(func, x, axis)
     k = _check_k(func, k, x, dim)
     if not isinstance(replace, bool):
         raise type_error(func, "replace", "must be a bool", typename(replace))
@@ -289,7 +274,7 @@ def sample_balanced(
     (tensor([2, 0, 0]), tensor([4, 2, 0]))
     """
     func = sample_balanced
-    labels = _check_x(func, labels, "labels")
+    labels = checked_array(func, labels, "labels")
     values = labels.values
     if values.dtype.is_floating_point or values.dtype.is_complex:
         raise type_error(func, "labels", "must have an integer or bool dtype", values.dtype)

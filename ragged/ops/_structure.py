@@ -25,23 +25,8 @@ from .._errors import Func, type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import op
 from ..kernels._segment import Segments, segment_sum
-from ._indexing._axis import same_upper, whole_rows
+from ._indexing._axis import checked_array, ragged_axis, same_upper, whole_rows
 from ._levels import read
-
-
-def _check_array(func: Func, x: Any, param: str = "x") -> RaggedArray:
-    if not isinstance(x, RaggedArray):
-        raise type_error(func, param, "must be a RaggedArray", typename(x))
-    return x
-
-
-def _ragged_axis(func: Func, x: RaggedArray, axis: Any) -> int:
-    dim = normalize_axis(func, x, axis)
-    if not 1 <= dim <= x.ragged_ndim:
-        raise value_error(
-            func, "axis", f"must be a ragged axis (1 to {x.ragged_ndim}, or a name)", repr(axis)
-        )
-    return dim
 
 
 def _checking(validate: bool) -> bool:
@@ -74,7 +59,7 @@ def flatten(x: RaggedArray, axis: int | str = 1) -> Any:
     [[1, 2], [3], [4], [5, 6]]
     """
     func = flatten
-    _check_array(func, x)
+    checked_array(func, x)
     dim = normalize_axis(func, x, axis)
     if dim == x.ndim - 1:
         raise value_error(
@@ -144,7 +129,7 @@ def unflatten(
     [[[1, 2, 3]], [[], [4, 5, 6]]]
     """
     func = unflatten
-    _check_array(func, x)
+    checked_array(func, x)
     if not isinstance(validate, bool):
         raise type_error(func, "validate", "must be a bool", typename(validate))
     dim = normalize_axis(func, x, axis)
@@ -266,8 +251,8 @@ def local_index(x: RaggedArray, axis: int | str | None = None) -> RaggedArray:
     [[0, 1], [], [0]]
     """
     func = local_index
-    _check_array(func, x)
-    dim = x.ragged_ndim if axis is None else _ragged_axis(func, x, axis)
+    checked_array(func, x)
+    dim = x.ragged_ndim if axis is None else ragged_axis(func, x, axis)
     levels = x.partition.levels
     partition = x.partition if dim == x.ragged_ndim else Partition(levels[:dim])
     names = None if x.axes is None else x.axes[: dim + 1]
@@ -335,12 +320,12 @@ def combinations(
     ([[1, 1, 2], [], []], [[2, 3, 3], [], []])
     """
     func = combinations
-    _check_array(func, x)
+    checked_array(func, x)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise value_error(func, "n", "must be an int >= 1", repr(n))
     if not isinstance(replacement, bool):
         raise type_error(func, "replacement", "must be a bool", typename(replacement))
-    dim = _ragged_axis(func, x, axis)
+    dim = ragged_axis(func, x, axis)
     levels = x.partition.levels
     level = levels[dim - 1]
     counts = _choose(level.lengths, n, replacement)

@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from ..._array import RaggedArray
-from ..._axes import remove
-from ..._errors import Func, name_of, type_error, value_error
+from ..._axes import normalize_axis, remove
+from ..._errors import Func, name_of, type_error, typename, value_error
 from ..._partition import Partition, RowPartition, length_stats
 from ...kernels._segment import Segments, segment_sum
 from .._levels import gather_items, read, regular, subtree_stats, view
@@ -307,11 +307,21 @@ def pad_to_inner(x: RaggedArray, length: int, clip: bool, fill: Tensor, gather_r
     return v.wrap(RaggedArray(values, Partition((new,)), v.array.axes))
 
 
-def check_ragged_axis(func: Func, x: RaggedArray, dim: int, axis: Any) -> None:
+def ragged_axis(func: Func, x: RaggedArray, axis: Any) -> int:
+    """``axis`` (an int or a name) as a non-negative int; it must be a ragged axis."""
+    dim = normalize_axis(func, x, axis)
     if not 1 <= dim <= x.ragged_ndim:
         raise value_error(
             func, "axis", f"must be a ragged axis (1 to {x.ragged_ndim}, or a name)", repr(axis)
         )
+    return dim
+
+
+def checked_array(func: Func, x: Any, param: str = "x") -> RaggedArray:
+    """``x``, which must be a RaggedArray (else a ``TypeError`` that describes what came)."""
+    if not isinstance(x, RaggedArray):
+        raise type_error(func, param, "must be a RaggedArray", typename(x))
+    return x
 
 
 def check_flag(func: Func, name: str, value: Any) -> None:

@@ -21,19 +21,21 @@ import torch
 from torch import Tensor
 
 from ..._array import RaggedArray
-from ..._axes import DENSE_RESULT, NEW, normalize_axis
+from ..._axes import DENSE_RESULT, NEW
 from ..._errors import Func, type_error, value_error
 from ..._partition import Partition, RowPartition
 from ..._registry import op
 from .._levels import view
-from ._axis import check_ragged_axis, pad_outer, pad_to_inner, pad_to_outer, sliced, take_dense
+from ._axis import (
+    check_flag,
+    pad_outer,
+    pad_to_inner,
+    pad_to_outer,
+    ragged_axis,
+    sliced,
+    take_dense,
+)
 from ._take import _check_array, fill_tensor, gather_rows, resolve
-
-
-def _ragged_axis(func: Func, x: RaggedArray, axis: Any) -> int:
-    dim = normalize_axis(func, x, axis)
-    check_ragged_axis(func, x, dim, axis)
-    return dim
 
 
 def _pad_widths(func: Func, pad: Any) -> tuple[int, int]:
@@ -79,7 +81,7 @@ def pad(
     _check_array(func, x)
     before, after = _pad_widths(func, pad)
     fill = fill_tensor(func, x.values, value, "value")
-    dim = _ragged_axis(func, x, axis)
+    dim = ragged_axis(func, x, axis)
     if before == after == 0:
         return x
     if dim < x.ragged_ndim:
@@ -144,10 +146,9 @@ def pad_to(
         raise type_error(func, "length", "must be an int", type(length).__name__)
     if length < 0:
         raise value_error(func, "length", "must be non-negative", length)
-    if not isinstance(clip, bool):
-        raise type_error(func, "clip", "must be a bool", type(clip).__name__)
+    check_flag(func, "clip", clip)
     fill = fill_tensor(func, x.values, value, "value")
-    dim = _ragged_axis(func, x, axis)
+    dim = ragged_axis(func, x, axis)
     if dim < x.ragged_ndim:
         return pad_to_outer(x, dim, length, clip)
     return pad_to_inner(x, length, clip, fill, gather_rows)
@@ -176,7 +177,7 @@ def truncate(x: RaggedArray, max_len: int, *, axis: int | str = 1) -> RaggedArra
         raise type_error(func, "max_len", "must be an int", type(max_len).__name__)
     if max_len < 0:
         raise value_error(func, "max_len", "must be non-negative", max_len)
-    return sliced(func, x, _ragged_axis(func, x, axis), None, max_len, 1)
+    return sliced(func, x, ragged_axis(func, x, axis), None, max_len, 1)
 
 
 # --- first, last ------------------------------------------------------------------------------
@@ -185,7 +186,7 @@ def truncate(x: RaggedArray, max_len: int, *, axis: int | str = 1) -> RaggedArra
 def _end(func: Func, x: RaggedArray, fill_value: Any, axis: Any, last: bool) -> Any:
     _check_array(func, x)
     fill = fill_tensor(func, x.values, fill_value)
-    dim = _ragged_axis(func, x, axis)
+    dim = ragged_axis(func, x, axis)
     if x.ragged_ndim > 1:
         level = x.partition.levels[dim - 1]
         index = torch.full((level.num_rows,), -1 if last else 0, device=x.device)
