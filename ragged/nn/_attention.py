@@ -154,12 +154,6 @@ class RaggedMultiheadAttention(torch.nn.Module):
             torch.nn.init.zeros_(self.in_proj_bias)
             torch.nn.init.zeros_(self.out_proj.bias)
 
-    if TYPE_CHECKING:  # typed calls (nn.Module.__call__ is Any)
-
-        def __call__(
-            self, x: RaggedArray, pair_bias: RaggedArray | None = None, *, causal: bool = False
-        ) -> RaggedArray: ...
-
     def forward(
         self,
         x: RaggedArray,
@@ -208,6 +202,9 @@ class RaggedMultiheadAttention(torch.nn.Module):
         )
         merged = RaggedArray(out.values.reshape(-1, self.embed_dim), x.partition, x.axes)
         return ragged_map(self.out_proj, merged)
+
+    if TYPE_CHECKING:  # typed calls, the signature of forward (nn.Module.__call__ is Any)
+        __call__ = forward
 
 
 def _project(values: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

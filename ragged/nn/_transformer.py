@@ -106,12 +106,6 @@ class RaggedTransformerEncoderLayer(torch.nn.Module):
             activation = _ACTIVATIONS[activation]
         self.activation = activation
 
-    if TYPE_CHECKING:  # typed calls (nn.Module.__call__ is Any)
-
-        def __call__(
-            self, src: RaggedArray, pair_bias: RaggedArray | None = None, *, causal: bool = False
-        ) -> RaggedArray: ...
-
     def forward(
         self,
         src: RaggedArray,
@@ -131,6 +125,9 @@ class RaggedTransformerEncoderLayer(torch.nn.Module):
             return x + self._feed_forward_block(self.norm2(x))
         x = self.norm1(x + self._attention_block(x, pair_bias, masks))
         return self.norm2(x + self._feed_forward_block(x))
+
+    if TYPE_CHECKING:  # typed calls, the signature of forward (nn.Module.__call__ is Any)
+        __call__ = forward
 
     def _attention_block(
         self, x: RaggedArray, pair_bias: RaggedArray | None, masks: dict[str, Any]
@@ -183,12 +180,6 @@ class RaggedTransformerEncoder(torch.nn.Module):
         self.num_layers = num_layers
         self.norm = norm
 
-    if TYPE_CHECKING:  # typed calls (nn.Module.__call__ is Any)
-
-        def __call__(
-            self, src: RaggedArray, pair_bias: RaggedArray | None = None, *, causal: bool = False
-        ) -> RaggedArray: ...
-
     def forward(
         self,
         src: RaggedArray,
@@ -206,3 +197,6 @@ class RaggedTransformerEncoder(torch.nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return x
+
+    if TYPE_CHECKING:  # typed calls, the signature of forward (nn.Module.__call__ is Any)
+        __call__ = forward
