@@ -377,13 +377,7 @@ def _check_arrays(q: Any, k: Any, v: Any) -> None:
         raise value_error(
             attention, "k", f"must have the batch size of `q` ({q.num_segments})", k.num_segments
         )
-    if v.partition is not k.partition and not v.partition.equals(k.partition):
-        raise value_error(
-            attention,
-            "v",
-            "must have the partition of `k` (keys and values pair up row by row)",
-            f"k {shape_text(k)} and v {shape_text(v)}",
-        )
+    variants.check_partition(attention, "v", v, "k", k, "keys and values pair up row by row")
     heads, width = q.values.shape[1:]
     if k.values.shape[2] != width:
         raise value_error(

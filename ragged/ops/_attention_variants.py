@@ -79,6 +79,19 @@ def _head_tensor(func: Func, name: str, x: Any, q: RaggedArray, rows: bool) -> T
     return x.to(q.dtype)
 
 
+def check_partition(
+    func: Func, name: str, x: RaggedArray, ref_name: str, ref: RaggedArray, why: str
+) -> None:
+    """``x`` must have the partition of ``ref`` (identity, else one value comparison)."""
+    if x.partition is not ref.partition and not x.partition.equals(ref.partition):
+        raise value_error(
+            func,
+            name,
+            f"must have the partition of `{ref_name}` ({why})",
+            f"{ref_name} {shape_text(ref)} and {name} {shape_text(x)}",
+        )
+
+
 def _documents(func: Func, ids: Any, q: RaggedArray) -> Tensor:
     if not isinstance(ids, RaggedArray):
         raise type_error(func, "document_ids", "must be a RaggedArray (B, L*)", typename(ids))
@@ -86,13 +99,7 @@ def _documents(func: Func, ids: Any, q: RaggedArray) -> Tensor:
         raise value_error(func, "document_ids", "must have shape (B, L*)", shape_text(ids))
     if ids.dtype.is_floating_point or ids.dtype.is_complex:
         raise type_error(func, "document_ids", "must have an integer dtype", ids.dtype)
-    if ids.partition is not q.partition and not ids.partition.equals(q.partition):
-        raise value_error(
-            func,
-            "document_ids",
-            "must have the partition of `q` (one id per query row)",
-            f"q {shape_text(q)} and document_ids {shape_text(ids)}",
-        )
+    check_partition(func, "document_ids", ids, "q", q, "one id per query row")
     return ids.values.to(torch.int64)
 
 
