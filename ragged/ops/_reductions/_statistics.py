@@ -22,6 +22,10 @@ from ._reduce import _ARGS, Axis, _float_only, reduce
 from ._typing import moment, reduction
 from ._typing import norm as typed_norm
 
+# var and std: Bessel's correction, and torch's spelling (``unbiased`` is its older flag).
+_MOMENT_ARGS = "x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?"
+_MOMENT_TORCH_ARGS = "input, dim=None, *, correction=1, keepdim=False, unbiased->correction=True"
+
 
 @reduction
 @op(
@@ -61,10 +65,10 @@ def logsumexp(
 @op(
     "reductions",
     rule=REDUCE,
-    args="x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?",
+    args=_MOMENT_ARGS,
     torch=(torch.var,),
     methods=("var",),
-    torch_args="input, dim=None, *, correction=1, keepdim=False, unbiased->correction=True",
+    torch_args=_MOMENT_TORCH_ARGS,
     checks=True,
 )
 def var(
@@ -114,10 +118,10 @@ def _dense_var(v: Tensor, dims: tuple[int, ...], keep: bool, correction: int | f
 @op(
     "reductions",
     rule=REDUCE,
-    args="x: ragged, axis: axes?, correction: number?, keepdims: bool?, fill_value: number?",
+    args=_MOMENT_ARGS,
     torch=(torch.std,),
     methods=("std",),
-    torch_args="input, dim=None, *, correction=1, keepdim=False, unbiased->correction=True",
+    torch_args=_MOMENT_TORCH_ARGS,
     checks=True,
 )
 def std(
