@@ -21,25 +21,12 @@ from ..._axes import subscripts
 from ..._broadcast import same_partition
 from ..._errors import Func, value_error
 from .._reductions._reduce import sum as ragged_sum
-from ._einsum_parse import ELLIPSIS, LETTERS, tokens_of
+from ._einsum_parse import ELLIPSIS, LETTERS, split_equation, tokens_of
 
 
 def einsum_levels(func: Func, equation: str, operands: Sequence[Any]) -> Any:
     """``einsum`` where some RaggedArray operand has several ragged axes (see the module)."""
-    eq = equation.replace(" ", "")
-    if eq.count("->") != 1:
-        raise value_error(
-            func, "equation", "must give the output explicitly after one '->'", repr(equation)
-        )
-    lhs, rhs = eq.split("->")
-    terms = lhs.split(",")
-    if len(terms) != len(operands):
-        raise value_error(
-            func,
-            "equation",
-            f"must have one subscript term per operand ({len(operands)} operands)",
-            repr(equation),
-        )
+    terms, rhs = split_equation(func, equation, len(operands))
     tokens = [tokens_of(func, t, f"operand {i}", equation) for i, t in enumerate(terms)]
     out = tokens_of(func, rhs, "the output", equation)
     ragged_pos = [i for i, o in enumerate(operands) if isinstance(o, RaggedArray)]

@@ -101,7 +101,9 @@ def parse(func: Func, equation: str, ragged: tuple[bool, ...]) -> Recipe:
     return _cached_parse(func, equation, ragged)
 
 
-def _parse(func: Func, equation: str, ragged: tuple[bool, ...]) -> Recipe:
+def split_equation(func: Func, equation: str, count: int) -> tuple[tuple[str, ...], str]:
+    """The operands' subscript terms and the output's of ``equation`` (spaces dropped), which
+    must have an explicit output and ``count`` operand terms."""
     eq = equation.replace(" ", "")
     if eq.count("->") != 1:
         raise value_error(
@@ -109,13 +111,18 @@ def _parse(func: Func, equation: str, ragged: tuple[bool, ...]) -> Recipe:
         )
     lhs, rhs = eq.split("->")
     terms = tuple(lhs.split(","))
-    if len(terms) != len(ragged):
+    if len(terms) != count:
         raise value_error(
             func,
             "equation",
-            f"must have one subscript term per operand ({len(ragged)} operands)",
+            f"must have one subscript term per operand ({count} operands)",
             repr(equation),
         )
+    return terms, rhs
+
+
+def _parse(func: Func, equation: str, ragged: tuple[bool, ...]) -> Recipe:
+    terms, rhs = split_equation(func, equation, len(ragged))
     ragged_pos = tuple(i for i, is_ragged in enumerate(ragged) if is_ragged)
     if not ragged_pos:
         raise type_error(
