@@ -6,14 +6,11 @@ dominates the cost). Every rank builds the same global batch from a seed, runs
 after summing the ranks' partial gradients with ``all_reduce``, the full gradients.
 """
 
-import datetime
 import itertools
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +20,7 @@ from ragged.distributed import (
     context_parallel_attention,
     plan_context_parallel,
 )
+from tests.gloo import run_checks
 
 # --- the planner (host only) ------------------------------------------------------------------
 
@@ -286,29 +284,6 @@ CHECKS = [
 ]
 
 
-def _worker(rank, world, port):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )
-    try:
-        for check in CHECKS:
-            check(rank, world)
-            dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("world", [2, 4])
 def test_context_parallel_attention_matches_one_process(world):
-    mp.start_processes(_worker, args=(world, _free_port()), nprocs=world, start_method="fork")
+    run_checks(CHECKS, world)

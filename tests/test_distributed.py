@@ -11,16 +11,15 @@ import datetime
 import importlib
 import itertools
 import re
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import ragged
 from ragged.distributed import all_gather, broadcast, global_mean, scatter, shard, shard_bounds
 from ragged.testing import assert_close
+from tests.gloo import run_checks
 
 LOCAL_LENGTHS = [[2, 0, 3], [1], [], [4, 1]]  # rank 2 holds zero segments
 
@@ -237,35 +236,11 @@ CHECKS = [
 ]
 
 
-def _worker(rank, world, port):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )
-    try:
-        for check in CHECKS:
-            check(rank, world)
-            dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("world", [2, 4])
 def test_collectives_and_ddp(world):
     # DDP imports torch._dynamo (seconds); importing it once here spares every child the cost.
     importlib.import_module("torch._dynamo")
-    # fork: the children inherit the imported modules (spawn re-imports torch in each child).
-    mp.start_processes(_worker, args=(world, _free_port()), nprocs=world, start_method="fork")
+    run_checks(CHECKS, world)
 
 
 # --- single-process helpers -------------------------------------------------------------------
