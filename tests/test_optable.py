@@ -13,7 +13,15 @@ from hypothesis import given, settings
 
 import ragged
 from ragged._axes import DENSE
-from tests.optable import OpInfo, Sample, all_ops, compare_to_reference, num_segments, segment_args
+from tests.optable import (
+    OpInfo,
+    Sample,
+    all_ops,
+    check_gradients,
+    compare_to_reference,
+    num_segments,
+    segment_args,
+)
 from tests.strategies import lengths as lengths_strategy
 
 OPS = all_ops()
@@ -45,36 +53,6 @@ def test_matches_reference(op_id: str, lengths: list[int], seed: int, layout: st
             torch.testing.assert_close(a, b, equal_nan=True)
 
 
-def _differentiable(sample: Sample) -> list[int]:
-    return [
-        i
-        for i, a in enumerate(sample.args)
-        if isinstance(a, ragged.RaggedArray) and a.values.is_floating_point()
-    ]
-
-
-def _as_function(info: OpInfo, sample: Sample):
-    positions = _differentiable(sample)
-
-    def fn(*values: torch.Tensor) -> Any:
-        args = list(sample.call_args())
-        for i, v in zip(positions, values, strict=True):
-            args[i] = args[i].with_values(v)
-        out = info.op(*args, **sample.kwargs)
-        outs = out if isinstance(out, tuple) else (out,)
-        tensors = [o.values if isinstance(o, ragged.RaggedArray) else o for o in outs]
-        # Non-finite entries (e.g. the NaN mean of an empty segment) are constants that finite
-        # differences cannot handle: zero them.
-        return tuple(
-            torch.where(torch.isfinite(t.detach()), t, 0.0)
-            for t in tensors
-            if t.is_floating_point()
-        )
-
-    inputs = tuple(sample.args[i].values.detach().clone().requires_grad_() for i in positions)
-    return fn, inputs
-
-
 @pytest.mark.parametrize("op_id", GRAD_OPS)
 @settings(max_examples=8)
 @given(lengths=lengths_strategy(max_segments=4, max_length=3), seed=st.integers(0, 2**31 - 1))
@@ -82,19 +60,7 @@ def test_gradcheck(op_id: str, lengths: list[int], seed: int) -> None:
     info = BY_ID[op_id]
     gen = torch.Generator().manual_seed(seed)
     for k, sample in enumerate(info.samples(lengths, gen, torch.float64, "contiguous")):
-        fn, inputs = _as_function(info, sample)
-        if not inputs or not sum(v.numel() for v in inputs):
-            continue
-        fast = info.fast_gradcheck and k > 0
-        assert torch.autograd.gradcheck(
-            fn,
-            inputs,
-            check_forward_ad=info.forward_ad,
-            check_batched_grad=info.vmap,
-            fast_mode=fast,
-        )
-        if info.gradgrad:
-            assert torch.autograd.gradgradcheck(fn, inputs, fast_mode=fast)
+        check_gradients(info, sample, fast=info.fast_gradcheck and k > 0)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,14 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from tests.optable import OpInfo, Sample, all_ops
+from tests.optable import (
+    OpInfo,
+    Sample,
+    all_ops,
+    check_gradients,
+    check_one_graph,
+    check_vmap_over_values,
+)
 from tests.optable.levels import broadcasts, check_lifted, lifted
 from tests.optable.nested import assert_trees_close, to_tree
 from tests.strategies import nested_lengths
@@ -98,47 +105,12 @@ def transform_samples(info: OpInfo, structure: list[list[int]]) -> list[Sample]:
     return out
 
 
-def _differentiable(sample: Sample) -> list[int]:
-    return [
-        i
-        for i, a in enumerate(sample.args)
-        if isinstance(a, ragged.RaggedArray) and a.values.is_floating_point()
-    ]
-
-
-def _as_function(info: OpInfo, sample: Sample) -> tuple[Any, tuple[torch.Tensor, ...]]:
-    positions = _differentiable(sample)
-
-    def fn(*values: torch.Tensor) -> Any:
-        args = list(sample.call_args())
-        for i, v in zip(positions, values, strict=True):
-            args[i] = args[i].with_values(v)
-        out = info.op(*args, **sample.kwargs)
-        outs = out if isinstance(out, tuple) else (out,)
-        tensors = [o.values if isinstance(o, ragged.RaggedArray) else o for o in outs]
-        return tuple(
-            torch.where(torch.isfinite(t.detach()), t, 0.0)
-            for t in tensors
-            if t.is_floating_point()
-        )
-
-    inputs = tuple(sample.args[i].values.detach().clone().requires_grad_() for i in positions)
-    return fn, inputs
-
-
 @pytest.mark.parametrize("op_id", [k for k, op in OPS.items() if op.grad])
 def test_gradients_on_multi_level_arrays(op_id: str) -> None:
     """Three levels: the outer-axis samples along axes 1 and 2, and a lifted one."""
     info = OPS[op_id]
     for sample in transform_samples(info, SMALL3)[:3]:
-        fn, inputs = _as_function(info, sample)
-        if not inputs or not sum(v.numel() for v in inputs):
-            continue
-        assert torch.autograd.gradcheck(
-            fn, inputs, check_forward_ad=info.forward_ad, check_batched_grad=info.vmap
-        ), sample.name
-        if info.gradgrad:
-            assert torch.autograd.gradgradcheck(fn, inputs), sample.name
+        check_gradients(info, sample)
 
 
 @pytest.mark.parametrize("op_id", [k for k, op in OPS.items() if op.vmap])
@@ -147,26 +119,7 @@ def test_vmap_over_values_of_multi_level_arrays(op_id: str) -> None:
     samples = transform_samples(info, SMALL3)
     if not samples:
         pytest.skip("no multi-level sample")
-    sample = samples[0]
-    pos = next(i for i, a in enumerate(sample.args) if isinstance(a, ragged.RaggedArray))
-    x = sample.args[pos]
-    other = torch.randn(x.values.shape, generator=torch.Generator().manual_seed(3))
-    ensemble = torch.stack(
-        [x.values, other.to(x.dtype) if x.values.is_floating_point() else x.values.flip(0)]
-    )
-    args = list(sample.call_args())
-
-    def fn(v: torch.Tensor) -> Any:
-        call = list(args)
-        call[pos] = x.with_values(v)
-        out = info.op(*call, **sample.kwargs)
-        outs = out if isinstance(out, tuple) else (out,)
-        return tuple(o.values if isinstance(o, ragged.RaggedArray) else o for o in outs)
-
-    batched = torch.func.vmap(fn)(ensemble)
-    looped = [fn(v) for v in ensemble]
-    for k, got in enumerate(batched):
-        torch.testing.assert_close(got, torch.stack([out[k] for out in looped]), equal_nan=True)
+    check_vmap_over_values(info, samples[0])
 
 
 def _structures() -> list[list[list[int]]]:
@@ -211,17 +164,7 @@ def test_multi_level_compiles_once(op_id: str) -> None:
         batches.append(sample)
     kwargs = batches[0].kwargs
     fn = lambda *args: info.op(*args, **kwargs)
-    with ragged.dynamic_shapes():
-        report = ragged.testing.check_compile(
-            fn,
-            [s.call_args() for s in batches],
-            backend="aot_eager",
-            max_graphs=1,
-            equal_nan=True,
-            atol=1e-4,
-            rtol=1e-4,
-        )
-    assert report.graphs == 1
+    check_one_graph(fn, [s.call_args() for s in batches], backend="aot_eager")
 
 
 @pytest.mark.parametrize("op_id", LEVELS)

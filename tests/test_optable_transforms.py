@@ -11,7 +11,7 @@ import torch
 
 import ragged
 import ragged.testing
-from tests.optable import OpInfo, Sample, all_ops
+from tests.optable import OpInfo, Sample, all_ops, check_one_graph, check_vmap_over_values
 
 OPS = {op.id: op for op in all_ops()}
 GRAD = [k for k, op in OPS.items() if op.grad]
@@ -105,31 +105,7 @@ def test_hessian_against_finite_differences(op_id: str) -> None:
 @pytest.mark.parametrize("op_id", VMAP)
 def test_vmap_over_a_leading_batch_of_values(op_id: str) -> None:
     info = OPS[op_id]
-    sample = first_sample(info)
-    pos = next((i for i, a in enumerate(sample.args) if isinstance(a, ragged.RaggedArray)), None)
-    x = sample.args[pos]
-    gen = torch.Generator().manual_seed(3)
-    ensemble = torch.stack(
-        [
-            x.values,
-            torch.randn(x.values.shape, generator=gen).to(x.dtype)
-            if x.values.is_floating_point()
-            else x.values.flip(0),
-        ]
-    )
-    args = list(sample.call_args())
-
-    def fn(v: torch.Tensor) -> Any:
-        call = list(args)
-        call[pos] = x.with_values(v)
-        out = info.op(*call, **sample.kwargs)
-        outs = out if isinstance(out, tuple) else (out,)
-        return tuple(o.values if isinstance(o, ragged.RaggedArray) else o for o in outs)
-
-    batched = torch.func.vmap(fn)(ensemble)
-    looped = [fn(v) for v in ensemble]
-    for k, got in enumerate(batched):
-        torch.testing.assert_close(got, torch.stack([out[k] for out in looped]), equal_nan=True)
+    check_vmap_over_values(info, first_sample(info))
 
 
 def compile_batches(info: OpInfo) -> list[tuple[Any, ...]]:
@@ -154,15 +130,9 @@ def test_compiles_once_without_syncs(op_id: str) -> None:
     # aot_eager trips a torch 2.13 assertion on some data-dependent sizes ("possible memo
     # disaster" in rebind_unbacked): data-dependent ops are checked at the Dynamo level.
     backend = "eager" if info.data_dependent else "aot_eager"
-    with ragged.dynamic_shapes():
-        report = ragged.testing.check_compile(
-            fn,
-            [args for _, args in batches],
-            backend=backend,
-            allow_unbacked=info.data_dependent,
-            max_graphs=1,
-            equal_nan=True,
-            atol=1e-4,
-            rtol=1e-4,
-        )
-    assert report.graphs == 1
+    check_one_graph(
+        fn,
+        [args for _, args in batches],
+        backend=backend,
+        allow_unbacked=info.data_dependent,
+    )

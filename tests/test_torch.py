@@ -25,9 +25,9 @@ import ragged.testing
 from ragged import _array, _registry
 from ragged.ops import _methods, _pointwise, _torch
 from tests import torchtable
-from tests.optable import ragged_randn
+from tests.optable import as_function, check_one_graph, ragged_randn
 from tests.strategies import lengths as lengths_strategy
-from tests.test_optable import _as_function, check_against_reference
+from tests.test_optable import check_against_reference
 
 OP_ROWS = torchtable.op_rows()
 OP_IDS = [f"{info.id}-{label}" for info, label, _ in OP_ROWS]
@@ -75,7 +75,7 @@ def test_op_spellings_express_a_sample_and_differentiate(info, label, spelling) 
     if not info.grad:
         return
     spelled = dataclasses.replace(info, op=caller)
-    fn, inputs = _as_function(spelled, samples[0])
+    fn, inputs = as_function(spelled, samples[0])
     if inputs and sum(v.numel() for v in inputs):
         assert torch.autograd.gradcheck(fn, inputs, check_forward_ad=info.forward_ad)
 
@@ -848,11 +848,7 @@ GROUPS = {
 def test_op_rows_compile_to_one_graph(group: str) -> None:
     run, build = _group_calls(GROUPS[group])
     batches = [(build(lengths, seed),) for seed, lengths in enumerate(COMPILE_BATCHES)]
-    with ragged.dynamic_shapes():
-        report = ragged.testing.check_compile(
-            run, batches, backend="eager", max_graphs=1, equal_nan=True, atol=1e-4, rtol=1e-4
-        )
-    assert report.graphs == 1
+    check_one_graph(run, batches, backend="eager")
 
 
 def test_pointwise_rows_compile_to_one_graph() -> None:
@@ -863,17 +859,8 @@ def test_pointwise_rows_compile_to_one_graph() -> None:
     ]
     # The calls' numbers (threshold's 0.1, lerp's 0.3) sit in a list here, not in the code:
     # Dynamo would lift them as graph inputs (dynamic floats); in user code they are literals.
-    with ragged.dynamic_shapes(), torch._dynamo.config.patch(specialize_float=True):
-        report = ragged.testing.check_compile(
-            lambda inputs: _run_pointwise(inputs, template),
-            batches,
-            backend="eager",
-            max_graphs=1,
-            equal_nan=True,
-            atol=1e-4,
-            rtol=1e-4,
-        )
-    assert report.graphs == 1
+    with torch._dynamo.config.patch(specialize_float=True):
+        check_one_graph(lambda inputs: _run_pointwise(inputs, template), batches, backend="eager")
 
 
 def test_explicit_rows_compile_to_one_graph() -> None:
@@ -881,17 +868,7 @@ def test_explicit_rows_compile_to_one_graph() -> None:
     for seed, lengths in enumerate(COMPILE_BATCHES):
         x = lengths_ragged(lengths, seed, torch.float32)
         batches.append((x, x.with_values(torch.randn_like(x.values))))
-    with ragged.dynamic_shapes():
-        report = ragged.testing.check_compile(
-            lambda x, y: tuple(_custom_calls(x, y)),
-            batches,
-            backend="eager",
-            max_graphs=1,
-            equal_nan=True,
-            atol=1e-4,
-            rtol=1e-4,
-        )
-    assert report.graphs == 1
+    check_one_graph(lambda x, y: tuple(_custom_calls(x, y)), batches, backend="eager")
 
 
 def test_every_row_that_claims_compile_is_compiled() -> None:

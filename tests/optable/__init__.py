@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 import ragged
+import ragged.testing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,6 +257,103 @@ def compare_to_reference(info: OpInfo, sample: Sample, out: Any) -> None:
             assert got.shape[0] == len(expected), sample.name
             for row, e in zip(got, expected, strict=True):
                 torch.testing.assert_close(row, e, atol=info.atol, rtol=info.rtol, equal_nan=True)
+
+
+def _differentiable(sample: Sample) -> list[int]:
+    return [
+        i
+        for i, a in enumerate(sample.args)
+        if isinstance(a, ragged.RaggedArray) and a.values.is_floating_point()
+    ]
+
+
+def as_function(info: OpInfo, sample: Sample) -> tuple[Any, tuple[torch.Tensor, ...]]:
+    """The op on ``sample`` as a function of its floating-point ragged inputs' values (the
+    form ``gradcheck`` takes), and those values, detached, as leaves."""
+    positions = _differentiable(sample)
+
+    def fn(*values: torch.Tensor) -> Any:
+        args = list(sample.call_args())
+        for i, v in zip(positions, values, strict=True):
+            args[i] = args[i].with_values(v)
+        out = info.op(*args, **sample.kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        tensors = [o.values if isinstance(o, ragged.RaggedArray) else o for o in outs]
+        # Non-finite entries (e.g. the NaN mean of an empty segment) are constants that finite
+        # differences cannot handle: zero them.
+        return tuple(
+            torch.where(torch.isfinite(t.detach()), t, 0.0)
+            for t in tensors
+            if t.is_floating_point()
+        )
+
+    inputs = tuple(sample.args[i].values.detach().clone().requires_grad_() for i in positions)
+    return fn, inputs
+
+
+def check_gradients(info: OpInfo, sample: Sample, *, fast: bool = False) -> None:
+    """``gradcheck`` (and ``gradgradcheck`` where the op claims it) on ``sample``; ``fast``:
+    in fast mode (see ``OpInfo.fast_gradcheck``)."""
+    fn, inputs = as_function(info, sample)
+    if not inputs or not sum(v.numel() for v in inputs):
+        return
+    assert torch.autograd.gradcheck(
+        fn,
+        inputs,
+        check_forward_ad=info.forward_ad,
+        check_batched_grad=info.vmap,
+        fast_mode=fast,
+    ), sample.name
+    if info.gradgrad:
+        assert torch.autograd.gradgradcheck(fn, inputs, fast_mode=fast), sample.name
+
+
+def check_vmap_over_values(info: OpInfo, sample: Sample) -> None:
+    """``torch.func.vmap`` over a batch of two values tensors for the first ragged argument of
+    ``sample`` equals a loop over them."""
+    pos = next(i for i, a in enumerate(sample.args) if isinstance(a, ragged.RaggedArray))
+    x = sample.args[pos]
+    gen = torch.Generator().manual_seed(3)
+    ensemble = torch.stack(
+        [
+            x.values,
+            torch.randn(x.values.shape, generator=gen).to(x.dtype)
+            if x.values.is_floating_point()
+            else x.values.flip(0),
+        ]
+    )
+    args = list(sample.call_args())
+
+    def fn(v: torch.Tensor) -> Any:
+        call = list(args)
+        call[pos] = x.with_values(v)
+        out = info.op(*call, **sample.kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        return tuple(o.values if isinstance(o, ragged.RaggedArray) else o for o in outs)
+
+    batched = torch.func.vmap(fn)(ensemble)
+    looped = [fn(v) for v in ensemble]
+    for k, got in enumerate(batched):
+        torch.testing.assert_close(got, torch.stack([out[k] for out in looped]), equal_nan=True)
+
+
+def check_one_graph(
+    fn: Callable[..., Any], batches: Sequence[Any], *, backend: str, **options: Any
+) -> None:
+    """``fn`` compiles to one graph over ``batches`` (shapes dynamic, ``fullgraph``) and matches
+    eager mode on each (NaN equal to NaN, tolerance ``1e-4``)."""
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(
+            fn,
+            batches,
+            backend=backend,
+            max_graphs=1,
+            equal_nan=True,
+            atol=1e-4,
+            rtol=1e-4,
+            **options,
+        )
+    assert report.graphs == 1
 
 
 BATCH_AXIS = "`axis` cannot be the batch axis (segments differ in length), got 0."
