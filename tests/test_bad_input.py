@@ -111,16 +111,21 @@ def test_the_issue_overflow_repros():
 # --- offsets --------------------------------------------------------------------------------
 
 
+def first_decrease(values):
+    """The first ``i`` with ``values[i] < values[i - 1]``, or None."""
+    return next((i for i in range(1, len(values)) if values[i] < values[i - 1]), None)
+
+
 def start_or_order_error(func, offsets):
     """The reference for offsets' first two rules: they start at 0 and never decrease."""
     if offsets[0] != 0:
         return f"{func}: `offsets` must start at 0, got offsets[0] = {offsets[0]}."
-    for i in range(1, len(offsets)):
-        if offsets[i] < offsets[i - 1]:
-            return (
-                f"{func}: `offsets` must be non-decreasing, got offsets[{i}] = {offsets[i]} < "
-                f"offsets[{i - 1}] = {offsets[i - 1]}."
-            )
+    i = first_decrease(offsets)
+    if i is not None:
+        return (
+            f"{func}: `offsets` must be non-decreasing, got offsets[{i}] = {offsets[i]} < "
+            f"offsets[{i - 1}] = {offsets[i - 1]}."
+        )
     return None
 
 
@@ -163,12 +168,12 @@ def ids_error(ids, num, func="ragged.from_segment_ids"):
             return f"{func}: `segment_ids` must hold int64 values, got segment_ids[{i}] = {n}."
     if num == 0 and ids:
         return f"{func}: `segment_ids` must be in [0, 0), got ids for 0 segments."
-    for i in range(1, len(ids)):
-        if ids[i] < ids[i - 1]:
-            return (
-                f"{func}: `segment_ids` must be sorted (non-decreasing), got segment_ids[{i}] = "
-                f"{ids[i]} < segment_ids[{i - 1}] = {ids[i - 1]}."
-            )
+    i = first_decrease(ids)
+    if i is not None:
+        return (
+            f"{func}: `segment_ids` must be sorted (non-decreasing), got segment_ids[{i}] = "
+            f"{ids[i]} < segment_ids[{i - 1}] = {ids[i - 1]}."
+        )
     if ids and (min(ids) < 0 or max(ids) >= num):
         bad = min(ids) if min(ids) < 0 else max(ids)
         return f"{func}: `segment_ids` must be in [0, {num}), got id {bad}."

@@ -24,36 +24,18 @@ def binary_samples(*, positive: bool = False, exponent: bool = False) -> Any:
         twin = ragged.from_lengths(y.values, lengths)  # equal-valued, distinct partition object
         b = len(lengths)
         scalar = 2.0 if exponent else 1.5
+
+        def dense(shape: tuple[int, ...]) -> torch.Tensor:
+            t = randn(shape, gen, dtype)
+            return t.abs() + 0.5 if positive else t
+
         return [
             Sample("ragged_ragged", (x, x.with_values(y.values))),
             Sample("ragged_scalar", (x, scalar)),
             Sample("scalar_ragged", (scalar, x) if not exponent else (1.5, x)),
-            Sample(
-                "ragged_dense_inner",
-                (x, randn((3,), gen, dtype).abs() + 0.5 if positive else randn((3,), gen, dtype)),
-            ),
-            Sample(
-                "ragged_per_segment",
-                (
-                    x,
-                    PerSegment(
-                        randn((b, 1, 3), gen, dtype).abs() + 0.5
-                        if positive
-                        else randn((b, 1, 3), gen, dtype)
-                    ),
-                ),
-            ),
-            Sample(
-                "ragged_per_segment_scalar",
-                (
-                    x,
-                    PerSegment(
-                        randn((b, 1, 1), gen, dtype).abs() + 0.5
-                        if positive
-                        else randn((b, 1, 1), gen, dtype)
-                    ),
-                ),
-            ),
+            Sample("ragged_dense_inner", (x, dense((3,)))),
+            Sample("ragged_per_segment", (x, PerSegment(dense((b, 1, 3))))),
+            Sample("ragged_per_segment_scalar", (x, PerSegment(dense((b, 1, 1))))),
             Sample("ragged_equal_partition", (x, twin)),
         ]
 

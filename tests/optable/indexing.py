@@ -17,6 +17,7 @@ from .nested import (
     per_row,
     pick,
     row_counts,
+    take_position,
     tree,
     zip_at_depth,
 )
@@ -52,14 +53,7 @@ def take_reference(
     row_shape = segment.shape[:dim] + segment.shape[dim + 1 :]
     rows = []
     for i in indices.reshape(-1).tolist():
-        if mode == "wrap":
-            ok, j = size > 0, i % size if size else 0
-        else:
-            j = i + size if i < 0 else i
-            if mode == "clip":
-                ok, j = size > 0, min(max(j, 0), size - 1)
-            else:
-                ok = 0 <= j < size
+        ok, j = take_position(i, size, mode)
         rows.append(segment.select(dim, j) if ok else torch.full(row_shape, fill).to(segment))
     if rows:
         out = torch.stack(rows, dim)

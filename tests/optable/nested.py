@@ -294,18 +294,21 @@ def zip_at_depth(
     return [zip_at_depth(s, o, depth - 1, fn) for s, o in zip(segments, others, strict=True)]
 
 
+def take_position(index: int, size: int, mode: str) -> tuple[bool, int]:
+    """Where ``index`` lands in a row of ``size`` entries under ``take``'s ``mode``: whether it
+    is in range, and the position."""
+    if mode == "wrap":
+        return size > 0, index % size if size else 0
+    j = index + size if index < 0 else index
+    if mode == "clip":
+        return size > 0, min(max(j, 0), size - 1)
+    return 0 <= j < size, j
+
+
 def pick(items: list[Tree], index: int, mode: str = "fill", fill: Any = None) -> Any:
     """Entry ``index`` of a row under ``take``'s modes; out of range: ``fill`` (an empty row for
     subtrees)."""
-    size = len(items)
-    if mode == "wrap":
-        ok, j = size > 0, index % size if size else 0
-    else:
-        j = index + size if index < 0 else index
-        if mode == "clip":
-            ok, j = size > 0, min(max(j, 0), size - 1)
-        else:
-            ok = 0 <= j < size
+    ok, j = take_position(index, len(items), mode)
     if ok:
         return items[j]
     return [] if fill is None else fill
