@@ -15,6 +15,7 @@ from .._array import RaggedArray
 from .._errors import Func, name_of, type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import public
+from ..ops._indexing._axis import one_level_array
 
 Group = Any  # torch.distributed.ProcessGroup | None
 
@@ -72,14 +73,6 @@ def _group_rank(rank: int, group: Group) -> int:
     return rank if group is None else dist.get_group_rank(group, rank)
 
 
-def _check_array(func: Func, x: object) -> RaggedArray:
-    if not isinstance(x, RaggedArray):
-        raise type_error(func, "x", "must be a RaggedArray", typename(x))
-    if x.ragged_ndim != 1:
-        raise value_error(func, "x", "must have one ragged axis", f"{x.ragged_ndim} ragged axes")
-    return x
-
-
 def _default_device(group: Group) -> torch.device:
     if dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
@@ -120,7 +113,7 @@ def all_gather(x: RaggedArray, group: Group = None) -> RaggedArray:
     rank = dist.get_rank(group)
 
     def prepare() -> _Meta:
-        checked = _check_array(func, x)
+        checked = one_level_array(func, x)
         return dataclasses.replace(_meta(checked), max_length=checked.partition.max_length())
 
     metas = _handshake(func, prepare, group)
@@ -171,7 +164,7 @@ def broadcast(
     is_src = dist.get_rank() == src
 
     def prepare() -> _Meta | torch.device:
-        return _meta(_check_array(func, x)) if is_src else _receiver_device(device, group)
+        return _meta(one_level_array(func, x)) if is_src else _receiver_device(device, group)
 
     # One all_gather_object (not broadcast_object_list): receivers' errors reach src too.
     header = _handshake(func, prepare, group)
@@ -218,7 +211,7 @@ def scatter(
     def prepare() -> list[Any] | torch.device:
         if not is_src:
             return _receiver_device(device, group)
-        checked = _check_array(func, x)
+        checked = one_level_array(func, x)
         host = checked.lengths.tolist()
         bounds = shard_bounds(host, world)
         chunks.extend(_slice(checked, host, a, b) for a, b in itertools.pairwise(bounds))
@@ -315,7 +308,7 @@ def shard(lengths_or_x: Sequence[int] | Tensor | RaggedArray, world_size: int, r
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < max(world_size, 1):
         raise value_error(func, "rank", f"must be an int in [0, {world_size})", repr(rank))
     if isinstance(lengths_or_x, RaggedArray):
-        x = _check_array(func, lengths_or_x)
+        x = one_level_array(func, lengths_or_x)
         host = x.lengths.tolist()
         bounds = shard_bounds(host, world_size)
         return _slice(x, host, bounds[rank], bounds[rank + 1])

@@ -12,7 +12,7 @@ from .._array import RaggedArray
 from .._errors import type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import public
-from ._checks import _ragged_arg
+from ..ops._indexing._axis import one_level_array
 
 if TYPE_CHECKING:
     from danling import NestedTensor
@@ -84,7 +84,7 @@ def to_danling(x: RaggedArray) -> NestedTensor:
     """
     func = to_danling
     danling = _danling()
-    x = _ragged_arg(func, x)
+    x = one_level_array(func, x)
     offsets = x.offsets.cpu()
     lengths = torch.diff(offsets)
     inner = torch.tensor(list(x.inner_shape), dtype=torch.int64)

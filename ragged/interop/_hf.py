@@ -16,7 +16,7 @@ from .._array import RaggedArray
 from .._errors import Func, type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import public
-from ._checks import _ragged_arg
+from ..ops._indexing._axis import one_level_array
 
 # --- HuggingFace padded batches ---------------------------------------------------------------
 
@@ -60,7 +60,7 @@ def to_hf(
             [-1, -1,  8]])
     """
     func = to_hf
-    x = _ragged_arg(func, x)
+    x = one_level_array(func, x)
     side = _side(func, padding_side)
     if length is not None and (
         isinstance(length, bool) or not isinstance(length, int) or length < 0
@@ -223,13 +223,13 @@ def to_hf_packed(
     [[5, 6, 7], [8, 9]]
     """
     func = to_hf_packed
-    x = _ragged_arg(func, x)
+    x = one_level_array(func, x)
     level = x.partition.levels[0]
     ids = not x.dtype.is_floating_point and not x.dtype.is_complex
     if ids and x.values.dim() != 1:
         raise value_error(func, "x", "must be token ids (B, L*) or embeddings (B, L*, D)", x.shape)
     if labels is not None:
-        labels = _ragged_arg(func, labels)
+        labels = one_level_array(func, labels, "labels")
         if labels.partition is not x.partition and not labels.partition.equals(x.partition):
             raise value_error(
                 func, "labels", f"must have the partition of `x` ({x.shape})", labels.shape

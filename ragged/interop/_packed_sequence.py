@@ -14,7 +14,7 @@ from .._array import RaggedArray
 from .._errors import type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import public
-from ._checks import _ragged_arg
+from ..ops._indexing._axis import one_level_array
 
 
 @public("interop")
@@ -41,7 +41,7 @@ def to_packed_sequence(x: RaggedArray, *, enforce_sorted: bool = False) -> Packe
     [[1.0], [2.0, 3.0, 4.0], [5.0, 6.0]]
     """
     func = to_packed_sequence
-    x = _ragged_arg(func, x)
+    x = one_level_array(func, x)
     lengths = x.lengths.cpu()
     num = lengths.shape[0]
     if num == 0:

@@ -16,7 +16,7 @@ from .._errors import Func, name_of, type_error, typename, value_error
 from .._factory_checks import readable, segment_ids_level
 from .._partition import Partition, RowPartition
 from .._registry import public
-from ._checks import _ragged_arg
+from ..ops._indexing._axis import one_level_array
 
 # --- PyTorch Geometric ------------------------------------------------------------------------
 
@@ -30,7 +30,7 @@ def to_pyg(x: RaggedArray) -> tuple[Tensor, Tensor]:
     >>> values, batch
     (tensor([1., 2., 3.]), tensor([0, 0, 2]))
     """
-    x = _ragged_arg(to_pyg, x)
+    x = one_level_array(to_pyg, x)
     return x.values, x.segment_ids()
 
 

@@ -297,6 +297,9 @@ def check_gradients(info: OpInfo, sample: Sample, *, fast: bool = False) -> None
     fn, inputs = as_function(info, sample)
     if not inputs or not sum(v.numel() for v in inputs):
         return
+    # torch's fast mode fails on an empty input among non-empty ones (a size mismatch in
+    # _get_numerical_vJu): those samples are small, check them in full.
+    fast = fast and all(v.numel() for v in inputs)
     assert torch.autograd.gradcheck(
         fn,
         inputs,

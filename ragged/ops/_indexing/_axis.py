@@ -324,6 +324,15 @@ def checked_array(func: Func, x: Any, param: str = "x") -> RaggedArray:
     return x
 
 
+def one_level_array(func: Func, x: Any, param: str = "x") -> RaggedArray:
+    """``x``, which must be a RaggedArray with one ragged axis (the conversions and collectives
+    of one-level batches)."""
+    x = checked_array(func, x, param)
+    if x.ragged_ndim != 1:
+        raise value_error(func, param, "must have one ragged axis", f"{x.ragged_ndim} ragged axes")
+    return x
+
+
 def check_flag(func: Func, name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise type_error(func, name, "must be a bool", type(value).__name__)
