@@ -375,3 +375,22 @@ def test_gpu_check_script_is_valid_bash_and_explains_itself():
     assert usage.returncode == 0 and "--dry-run" in usage.stdout and "TORCH_INDEX" in usage.stdout
     wrong = subprocess.run(["bash", str(script), "--nope"], capture_output=True, text=True)
     assert wrong.returncode == 2 and "unknown argument" in wrong.stderr
+
+
+def test_a_suite_run_alone_keeps_the_other_rows_of_the_status_table():
+    from ragged.bench._runner import Suite
+
+    earlier = (
+        "| suite | status | run time | date |\n|---|---|---|---|\n"
+        "| `benchmarks/ops.py` | ok | 1087 s | 2026-11-30 |\n"
+        "| `benchmarks/skew.py` | ok | 181 s | 2026-11-30 |\n"
+    )
+    ran = Suite("ops", Path("ops.py"), "ok", seconds=12.0, result={"date": "2026-12-01"})
+    other = Suite("skew", Path("skew.py"), "not run")
+    new = Suite("pair", Path("pair.py"), "not run")
+    rows = bench_main.render_status([ran, other, new], earlier).splitlines()[2:]
+    assert rows == [
+        "| `benchmarks/ops.py` | ok | 12 s | 2026-12-01 |",
+        "| `benchmarks/skew.py` | ok | 181 s | 2026-11-30 |",
+        "| `benchmarks/pair.py` | not run | - | - |",
+    ]

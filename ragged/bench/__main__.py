@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import shutil
 import sys
 import textwrap
@@ -102,9 +103,20 @@ def render_suite(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_status(suites: list[Suite]) -> str:
+def render_status(suites: list[Suite], earlier: str = "") -> str:
+    """The suites table; a suite with neither a run nor a result here keeps its row of
+    ``earlier`` (the page's current table), so one suite's run leaves the others' rows as they
+    were."""
+    kept = {
+        line.split("`")[1]: line
+        for line in earlier.splitlines()
+        if line.startswith("| `benchmarks/") and "| not run |" not in line
+    }
     lines = ["| suite | status | run time | date |", "|---|---|---|---|"]
     for s in suites:
+        if s.status == "not run" and f"benchmarks/{s.name}.py" in kept:
+            lines.append(kept[f"benchmarks/{s.name}.py"])
+            continue
         status = s.status + (f": {s.reason}" if s.reason else "")
         took = f"{s.seconds:.0f} s" if s.seconds else "-"
         date = (s.result or {}).get("date", "-")
@@ -117,7 +129,9 @@ def update_docs(doc: Path, suites: list[Suite]) -> list[str]:
     """Rewrite the marked sections of ``doc``; returns the sections that had no markers."""
     text = doc.read_text()
     missing = []
-    text, found = replace_section(text, "suites", render_status(suites))
+    earlier = re.search(r"<!-- bench:suites:start -->\n(.*?)<!-- bench:suites:end -->", text, re.S)
+    table = render_status(suites, earlier.group(1) if earlier else "")
+    text, found = replace_section(text, "suites", table)
     if not found:
         missing.append("suites")
     for s in suites:
