@@ -10,7 +10,7 @@ torch.set_num_threads(1)
 collect_ignore = ["typing_check.py"]
 torch.set_default_dtype(torch.float32)
 
-for profile, examples in (("default", 40), ("nightly", 500)):
+for profile, examples in (("default", 25), ("nightly", 500)):
     hypothesis.settings.register_profile(
         profile,
         max_examples=examples,

@@ -54,7 +54,7 @@ def test_matches_reference(op_id: str, lengths: list[int], seed: int, layout: st
 
 
 @pytest.mark.parametrize("op_id", GRAD_OPS)
-@settings(max_examples=8)
+@settings(max_examples=4)
 @given(lengths=lengths_strategy(max_segments=4, max_length=3), seed=st.integers(0, 2**31 - 1))
 def test_gradcheck(op_id: str, lengths: list[int], seed: int) -> None:
     info = BY_ID[op_id]

@@ -502,6 +502,7 @@ OPS = [
         op=attention_variants,
         reference=variants_reference,
         samples=positional_samples,
+        fast_gradcheck=True,
     ),
     OpInfo(
         name="attention",
@@ -509,5 +510,6 @@ OPS = [
         op=attention_variants,
         reference=variants_reference,
         samples=mods_samples,
+        fast_gradcheck=True,
     ),
 ]

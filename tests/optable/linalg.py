@@ -304,6 +304,7 @@ OPS = [
         einsum_reference,
         einsum_samples,
         errors=EINSUM_ERRORS,
+        fast_gradcheck=True,
         lift=False,
         levels=einsum_levels,
         levels_reason="an equation names every ragged axis: the multi-level samples spell them",

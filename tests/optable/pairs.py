@@ -225,6 +225,7 @@ OPS = [
         ragged.outer,
         outer_reference,
         outer_samples,
+        fast_gradcheck=True,
         errors=[
             ErrorCase(
                 lambda: ragged.outer(X, X[:1]),
