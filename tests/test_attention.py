@@ -8,7 +8,7 @@ from unittest import mock
 import hypothesis.strategies as st
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 import ragged
 import ragged.testing
@@ -350,6 +350,8 @@ VARIANTS = [
     kv_heads=st.sampled_from([1, 2, 4]),
     band_rows=st.sampled_from([3, 64]),
 )
+# A prefix past a segment's end, in a padded bucket: the padding keys were prefix keys.
+@example(lengths=[1, 2], seed=1, kind="prefix", cost=10**9, kv_heads=1, band_rows=3)
 def test_variants_match_per_segment_sdpa_with_gradients(
     lengths, seed, kind, cost, kv_heads, band_rows
 ):

@@ -104,11 +104,16 @@ def _documents(func: Func, ids: Any, q: RaggedArray) -> Tensor:
 
 
 def _prefix(func: Func, prefix: Any, q: RaggedArray) -> Tensor:
+    """The prefix lengths as int64 ``[B]``, clipped to the segments' lengths: a prefix past a
+    segment's end means the whole segment, and the padded buckets must not see the padding
+    rows beyond it as prefix keys."""
     expected = "must be a non-negative int or an integer tensor [B]"
+    lengths = q.partition.levels[0].lengths
     if _is_int(prefix):
         if prefix < 0:
             raise value_error(func, "prefix", expected, prefix)
-        return torch.full((q.num_segments,), prefix, dtype=torch.int64, device=q.device)
+        full = torch.full((q.num_segments,), prefix, dtype=torch.int64, device=q.device)
+        return torch.minimum(full, lengths.to(torch.int64))
     if not isinstance(prefix, Tensor) or prefix.dtype.is_floating_point or prefix.dtype.is_complex:
         got = typename(prefix) if not isinstance(prefix, Tensor) else prefix.dtype
         raise type_error(func, "prefix", expected, got)
@@ -116,7 +121,7 @@ def _prefix(func: Func, prefix: Any, q: RaggedArray) -> Tensor:
         raise value_error(
             func, "prefix", f"must have one entry per segment ({q.num_segments})", prefix.shape
         )
-    return prefix.to(device=q.device, dtype=torch.int64)
+    return torch.minimum(prefix.to(device=q.device, dtype=torch.int64), lengths.to(torch.int64))
 
 
 def parse(
