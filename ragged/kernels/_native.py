@@ -14,10 +14,10 @@ vectorises them (with ``-fno-trapping-math``: without it GCC vectorised none of 
 and logsumexp and softmax ran 3-7x slower).
 Every kernel checks that the offsets are non-decreasing and within the rows before reading (a
 partition built with ``validate=False`` can be wrong) and raises ``ValueError`` otherwise.
-Outputs come from ``torch.empty`` (the default allocator's pages, as for every torch op; see
-``ragged.kernels._segment`` for why not huge pages). With ``torch.get_num_threads() > 1`` the segments are split into ranges of about equal rows, one per
-thread (the calls release the GIL); each segment is still reduced by one thread in row order,
-so results do not depend on the thread count.
+Outputs come from torch's allocator, as every torch op's (``ragged.kernels._segment`` says
+why not huge pages). With ``torch.get_num_threads() > 1`` the segments are split into ranges of
+about equal rows, one per thread (the calls release the GIL); each segment is still reduced by
+one thread in row order, so results do not depend on the thread count.
 
 Callers (``ragged.kernels._segment``, ``ragged.kernels._scan``) decide when to use it: eager mode
 only (``torch.compile`` traces the torch composites, which Inductor fuses), CPU, plain tensors
