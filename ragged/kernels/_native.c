@@ -85,6 +85,15 @@ static int rg_bad_offsets(const int64_t *off, int64_t B, int64_t N) {
 #define RG_CHECK(off, B, N) \
   if (rg_bad_offsets(off, B, N)) return 1
 
+/* A kernel's scratch, one block: `doubles` arrays of D doubles, then `reals` arrays of D
+   elements of `size` bytes (one element each when D is 0). NULL when out of memory; free()d by
+   the kernel. The double arrays come first, so every array is aligned for its type. */
+static void *rg_scratch(int64_t D, int doubles, int reals, size_t size) {
+  size_t d = (size_t)(D > 0 ? D : 1);
+  return malloc(d * ((size_t)doubles * sizeof(double) + (size_t)reals * size));
+}
+#define RG_WIDTH(D) ((D) > 0 ? (D) : 1) /* the length of each scratch array */
+
 #define RG_BODY
 #define T float
 #define SUF(name) name##_f32
@@ -130,14 +139,9 @@ static inline void SUF(rg_add_rows)(const T *restrict v, int64_t rs, int64_t D, 
 int SUF(rg_sum)(const T *restrict v, int64_t rs, int64_t D, const int64_t *restrict off,
                 int64_t B, int64_t N, T *restrict out) {
   RG_CHECK(off, B, N);
-  size_t d = (size_t)(D > 0 ? D : 1);
-  double *restrict acc = malloc(d * sizeof(double));
-  T *restrict part = malloc(d * sizeof(T));
-  if (!acc || !part) {
-    free(acc);
-    free(part);
-    return 2;
-  }
+  double *restrict acc = rg_scratch(D, 1, 1, sizeof(T));
+  if (!acc) return 2;
+  T *restrict part = (T *)(acc + RG_WIDTH(D));
   for (int64_t b = 0; b < B; b++) {
     for (int64_t j = 0; j < D; j++) acc[j] = 0.0;
     SUF(rg_add_rows)(v, rs, D, off[b], off[b + 1], part, acc);
@@ -145,7 +149,6 @@ int SUF(rg_sum)(const T *restrict v, int64_t rs, int64_t D, const int64_t *restr
     for (int64_t j = 0; j < D; j++) o[j] = (T)acc[j];
   }
   free(acc);
-  free(part);
   return 0;
 }
 
@@ -155,15 +158,10 @@ int SUF(rg_sum)(const T *restrict v, int64_t rs, int64_t D, const int64_t *restr
 int SUF(rg_moments)(const T *restrict v, int64_t rs, int64_t D, const int64_t *restrict off,
                     int64_t B, int64_t N, T *restrict mean, T *restrict m2) {
   RG_CHECK(off, B, N);
-  size_t d = (size_t)(D > 0 ? D : 1);
-  double *restrict acc = malloc(d * sizeof(double)), *restrict mu = malloc(d * sizeof(double));
-  T *restrict part = malloc(d * sizeof(T));
-  if (!acc || !mu || !part) {
-    free(acc);
-    free(mu);
-    free(part);
-    return 2;
-  }
+  double *restrict acc = rg_scratch(D, 2, 1, sizeof(T));
+  if (!acc) return 2;
+  double *restrict mu = acc + RG_WIDTH(D);
+  T *restrict part = (T *)(mu + RG_WIDTH(D));
   for (int64_t b = 0; b < B; b++) {
     int64_t start = off[b], end = off[b + 1];
     for (int64_t j = 0; j < D; j++) acc[j] = 0.0;
@@ -185,8 +183,6 @@ int SUF(rg_moments)(const T *restrict v, int64_t rs, int64_t D, const int64_t *r
     }
   }
   free(acc);
-  free(mu);
-  free(part);
   return 0;
 }
 
@@ -280,14 +276,9 @@ static inline void SUF(rg_shift)(const T *restrict v, int64_t rs, int64_t D, int
 int SUF(rg_logsumexp)(const T *restrict v, int64_t rs, int64_t D, const int64_t *restrict off,
                       int64_t B, int64_t N, T *restrict out) {
   RG_CHECK(off, B, N);
-  size_t d = (size_t)(D > 0 ? D : 1);
-  double *restrict s = malloc(d * sizeof(double));
-  T *restrict shift = malloc(d * sizeof(T));
-  if (!s || !shift) {
-    free(s);
-    free(shift);
-    return 2;
-  }
+  double *restrict s = rg_scratch(D, 1, 1, sizeof(T));
+  if (!s) return 2;
+  T *restrict shift = (T *)(s + RG_WIDTH(D));
   for (int64_t b = 0; b < B; b++) {
     T *restrict o = out + b * D;
     if (off[b + 1] == off[b]) {
@@ -303,7 +294,6 @@ int SUF(rg_logsumexp)(const T *restrict v, int64_t rs, int64_t D, const int64_t 
     for (int64_t j = 0; j < D; j++) o[j] = (T)log(s[j]) + shift[j];
   }
   free(s);
-  free(shift);
   return 0;
 }
 
@@ -329,15 +319,9 @@ int SUF(rg_logsumexp_bwd)(const T *restrict v, int64_t rs, int64_t D,
 int SUF(rg_softmax)(const T *restrict v, int64_t rs, int64_t D, const int64_t *restrict off,
                     int64_t B, int64_t N, int log_, T *restrict out) {
   RG_CHECK(off, B, N);
-  size_t d = (size_t)(D > 0 ? D : 1);
-  double *restrict s = malloc(d * sizeof(double));
-  T *restrict shift = malloc(d * sizeof(T)), *restrict scale = malloc(d * sizeof(T));
-  if (!s || !shift || !scale) {
-    free(s);
-    free(shift);
-    free(scale);
-    return 2;
-  }
+  double *restrict s = rg_scratch(D, 1, 2, sizeof(T));
+  if (!s) return 2;
+  T *restrict shift = (T *)(s + RG_WIDTH(D)), *restrict scale = shift + RG_WIDTH(D);
   for (int64_t b = 0; b < B; b++) {
     int64_t start = off[b], end = off[b + 1];
     if (start == end) continue;
@@ -372,8 +356,6 @@ int SUF(rg_softmax)(const T *restrict v, int64_t rs, int64_t D, const int64_t *r
     }
   }
   free(s);
-  free(shift);
-  free(scale);
   return 0;
 }
 
@@ -382,13 +364,9 @@ int SUF(rg_softmax_bwd)(const T *restrict out, const T *restrict g, int64_t gs, 
                         const int64_t *restrict off, int64_t B, int64_t N, int log_,
                         T *restrict gin) {
   RG_CHECK(off, B, N);
-  double *restrict t = malloc((size_t)(D > 0 ? D : 1) * sizeof(double));
-  T *restrict tt = malloc((size_t)(D > 0 ? D : 1) * sizeof(T));
-  if (!t || !tt) {
-    free(t);
-    free(tt);
-    return 2;
-  }
+  double *restrict t = rg_scratch(D, 1, 1, sizeof(T));
+  if (!t) return 2;
+  T *restrict tt = (T *)(t + RG_WIDTH(D));
   for (int64_t b = 0; b < B; b++) {
     int64_t start = off[b], end = off[b + 1];
     for (int64_t j = 0; j < D; j++) t[j] = 0.0;
@@ -410,7 +388,6 @@ int SUF(rg_softmax_bwd)(const T *restrict out, const T *restrict g, int64_t gs, 
     }
   }
   free(t);
-  free(tt);
   return 0;
 }
 
@@ -422,14 +399,9 @@ int SUF(rg_softmax_bwd)(const T *restrict out, const T *restrict g, int64_t gs, 
 int SUF(rg_scan)(const T *restrict v, int64_t rs, int64_t D, const int64_t *restrict off,
                  int64_t B, int64_t N, int op, int reverse, int exclusive, T *restrict out) {
   RG_CHECK(off, B, N);
-  size_t d = (size_t)(D > 0 ? D : 1);
-  double *restrict acc = malloc(d * sizeof(double));
-  T *restrict run = malloc(d * sizeof(T));
-  if (!acc || !run) {
-    free(acc);
-    free(run);
-    return 2;
-  }
+  double *restrict acc = rg_scratch(D, 1, 1, sizeof(T));
+  if (!acc) return 2;
+  T *restrict run = (T *)(acc + RG_WIDTH(D));
   for (int64_t b = 0; b < B; b++) {
     int64_t len = off[b + 1] - off[b];
     int64_t first = reverse ? off[b + 1] - 1 : off[b], step = reverse ? -1 : 1;
@@ -492,7 +464,6 @@ int SUF(rg_scan)(const T *restrict v, int64_t rs, int64_t D, const int64_t *rest
     }
   }
   free(acc);
-  free(run);
   return 0;
 }
 
