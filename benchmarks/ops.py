@@ -796,6 +796,9 @@ def main() -> None:
     parser.add_argument("--metric", choices=["cpu", "wall"], default="cpu")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset")
     parser.add_argument("--json", help="write the result document here")
+    parser.add_argument(
+        "--repeat", type=int, help="timed calls per variant (default 7; 3 with --quick)"
+    )
     add_device_option(parser)
     args = parser.parse_args()
     device = use_device(args.device)
@@ -807,6 +810,7 @@ def main() -> None:
         rows, num, dim, repeat, number, small_repeat = 1 << 14, 128, 16, 3, 200, 5
     else:
         rows, num, dim, repeat, number, small_repeat = 1 << 20, 8192, 64, 7, 2000, 15
+    repeat = args.repeat or repeat
     d = make_data(rows, num, dim, max_over_mean=MAX_OVER_MEAN, device=device)
     lengths = torch.tensor(d.lengths_list, dtype=torch.float64)
     shape = (

@@ -6,17 +6,18 @@ Why native code and why C through ctypes, the build cache and the fallback witho
 What it computes. Float32 and float64 CPU tensors ``[N, D]`` whose inner elements are contiguous
 (any row stride), grouped by int64 offsets into contiguous segments: sum, max/min, mean and
 squared deviations (variance), logsumexp, softmax/log-softmax and the five scans, with their
-backward passes. Sums, products and log-sum-exp accumulate in double for both dtypes (a float32
-segment of 10^6 rows keeps the accuracy of a float64 sum); the float32 ``exp``/``log`` are
-branch-free Cephes polynomials (about 1 ulp) so that the compiler vectorises them (with
-``-fno-trapping-math``: without it GCC vectorised none of the exp loops, and logsumexp and
-softmax ran 3-7x slower).
+backward passes. Sums, products and log-sum-exp accumulate in double for both dtypes (sums add
+blocks of 16 rows in the input's dtype first, then each block's sum in double: the loop reads at
+memory speed and a float32 segment of 10^6 rows keeps the accuracy of a float64 sum); the
+float32 ``exp``/``log`` are branch-free Cephes polynomials (about 1 ulp) so that the compiler
+vectorises them (with ``-fno-trapping-math``: without it GCC vectorised none of the exp loops,
+and logsumexp and softmax ran 3-7x slower).
 Every kernel checks that the offsets are non-decreasing and within the rows before reading (a
 partition built with ``validate=False`` can be wrong) and raises ``ValueError`` otherwise.
-Large outputs are allocated on transparent huge pages (:func:`empty`). With
-``torch.get_num_threads() > 1`` the segments are split into ranges of about equal rows, one per
-thread (the calls release the GIL); each segment is still reduced by one thread in row order,
-so results do not depend on the thread count.
+Outputs come from torch's allocator, as every torch op's (``ragged.kernels._segment`` says
+why not huge pages). With ``torch.get_num_threads() > 1`` the segments are split into ranges of
+about equal rows, one per thread (the calls release the GIL); each segment is still reduced by
+one thread in row order, so results do not depend on the thread count.
 
 Callers (``ragged.kernels._segment``, ``ragged.kernels._scan``) decide when to use it: eager mode
 only (``torch.compile`` traces the torch composites, which Inductor fuses), CPU, plain tensors
@@ -37,7 +38,7 @@ from torch import Tensor
 
 from ._native_build import library
 
-__all__ = ["differentiable", "empty", "library", "plain", "usable"]
+__all__ = ["differentiable", "library", "plain", "usable"]
 
 _DTYPES = {torch.float32: "f32", torch.float64: "f64"}
 _lock = threading.Lock()  # guards the worker pool
@@ -71,25 +72,6 @@ def usable(values: Tensor, *others: Tensor | None) -> bool:
     if any(o is not None and (o.dtype != values.dtype or not plain(o)) for o in others):
         return False
     return library() is not None
-
-
-_HUGE_MIN_BYTES = 4 << 20
-
-
-def empty(shape: Any, dtype: torch.dtype) -> Tensor:
-    """``torch.empty`` on the CPU, on transparent huge pages where possible (large buffers).
-
-    Every fresh tensor over ~32 MB is mapped afresh by the default allocator and faulted in on
-    first touch, 4 KB at a time: ~140 ms for 256 MB on these VMs, ~30 ms with 2 MB pages. Only
-    a hint to the OS (Linux ``madvise``; nothing elsewhere, or when the library is missing).
-    """
-    out = torch.empty(shape, dtype=dtype)
-    nbytes = out.numel() * out.element_size()
-    if nbytes >= _HUGE_MIN_BYTES:
-        lib = library()
-        if lib is not None:
-            lib.rg_advise_huge(out.data_ptr(), nbytes)
-    return out
 
 
 # --- calling the kernels ----------------------------------------------------------------------
@@ -237,7 +219,7 @@ def _reduction_backward(
     ``result`` it reads, from ``grad`` (per segment, possibly broadcast)."""
     result = result.contiguous()
     g, gs = _grad_rows(grad, result.shape)
-    out = empty(values.shape, values.dtype)
+    out = torch.empty_like(values, memory_format=torch.contiguous_format)
     per_segment_grad = _PerSegment(g.data_ptr(), gs * g.element_size())
     _launch_rows(name, values, offsets, _per_segment(result), per_segment_grad, gs, out.data_ptr())
     return out
@@ -261,7 +243,7 @@ def segment_moments(values: Tensor, offsets: Tensor) -> tuple[Tensor, Tensor]:
 def affine_rows(values: Tensor, offsets: Tensor, scale: Tensor, centre: Tensor) -> Tensor:
     """``scale[b] * (values - centre[b])`` for the rows of every segment ``b``."""
     scale, centre = scale.contiguous(), centre.contiguous()
-    out = empty(values.shape, values.dtype)
+    out = torch.empty_like(values, memory_format=torch.contiguous_format)
     _launch_rows(
         "rg_affine_rows", values, offsets, _per_segment(scale), _per_segment(centre), out.data_ptr()
     )
@@ -296,7 +278,7 @@ def segment_logsumexp_backward(
 
 def segment_softmax(values: Tensor, offsets: Tensor, log: bool) -> Tensor:
     """Softmax (or log-softmax) of the rows of every segment, elementwise over inner axes."""
-    out = empty(values.shape, values.dtype)
+    out = torch.empty_like(values, memory_format=torch.contiguous_format)
     _launch_rows("rg_softmax", values, offsets, int(log), out.data_ptr())
     return out
 
@@ -305,7 +287,7 @@ def segment_softmax_backward(out: Tensor, offsets: Tensor, grad: Tensor, log: bo
     """Vector-Jacobian product of :func:`segment_softmax` (``out`` its result)."""
     o, _, d = _rows(out.contiguous())
     g, gs = _grad_rows(grad, out.shape)
-    result = empty(out.shape, out.dtype)
+    result = torch.empty_like(out, memory_format=torch.contiguous_format)
     n = o.shape[0]
     _launch(
         "rg_softmax_bwd",
@@ -332,7 +314,7 @@ def segment_scan(
     values: Tensor, offsets: Tensor, op: str, reverse: bool, exclusive: bool
 ) -> Tensor:
     """The scan ``op`` within every segment (from its end with ``reverse``)."""
-    out = empty(values.shape, values.dtype)
+    out = torch.empty_like(values, memory_format=torch.contiguous_format)
     _launch_rows(
         "rg_scan", values, offsets, SCAN_OPS[op], int(reverse), int(exclusive), out.data_ptr()
     )
@@ -352,7 +334,7 @@ def segment_scan_backward(
     v, rs, d = _rows(values)
     out = out.contiguous()
     g, gs = _grad_rows(grad, out.shape)
-    result = empty(values.shape, values.dtype)
+    result = torch.empty_like(values, memory_format=torch.contiguous_format)
     n = v.shape[0]
     _launch(
         "rg_scan_bwd",

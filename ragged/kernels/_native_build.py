@@ -135,8 +135,6 @@ def _load() -> Any:
 
 def _declare(lib: Any) -> None:
     i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    lib.rg_advise_huge.argtypes = [ptr, i64]
-    lib.rg_advise_huge.restype = i32
     rows = [ptr, i64, i64, ptr, i64, i64]  # values, row stride, D, offsets, B, N
     for suffix, real in (("f32", ctypes.c_float), ("f64", ctypes.c_double)):
         signatures = {

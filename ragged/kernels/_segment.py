@@ -14,9 +14,14 @@ Every kernel has two implementations with the same semantics:
   tensor over ~32 MB is page-faulted on first touch, which costs far more than the arithmetic
   (``index_select`` into a fresh 256 MB tensor 140 ms, into an existing one 11 ms), so they
   allocate one output, work in place on it, and feed ``index_add_``/``scatter_reduce_`` in
-  chunks of ~16 MB (one 256 MB ``index_add_`` call: 35 ms; in 16 MB chunks: 15 ms). Large
-  outputs are allocated on transparent huge pages where the OS allows it
-  (:func:`ragged.kernels._native.empty`: a fresh 256 MB output costs 30 ms instead of 140).
+  chunks of ~16 MB (one 256 MB ``index_add_`` call: 35 ms; in 16 MB chunks: 15 ms). Outputs
+  come from torch's allocator like every torch op's. Asking for transparent huge pages
+  (``madvise``) made a fresh 256 MB output cost 30 ms instead of 140 on an idle VM, but on VMs
+  that return free memory to the host (free page reporting, as on the Firecracker machines
+  these benchmarks ran on) a huge page is often refaulted from the host: the same output then
+  cost 450-880 ms of system time and softmax forward ran 2.7x slower than without the advice.
+  Where huge pages are fast, torch's own switch (``THP_MEM_ALLOC_ENABLE=1``) turns them on for
+  every tensor.
   Backward passes run the native kernels only on plain gradients outside double backward;
   batched gradients (``jacrev``, ``hessian``, ``is_grads_batched``) and graphs of the gradient
   (double backward) take torch ops that only update buffers derived from the incoming
@@ -122,14 +127,6 @@ def _fill_tensor(like: Tensor, num: int, fill: float | int | bool) -> Tensor:
     return like.new_full((num, *like.shape[1:]), fill)
 
 
-def _gather_rows(per_segment: Tensor, ids: Tensor) -> Tensor:
-    """``per_segment[ids]``; a plain CPU result outside autograd goes into a huge-page buffer."""
-    if native.plain(per_segment) and not native.differentiable(per_segment):
-        out = native.empty((ids.shape[0], *per_segment.shape[1:]), per_segment.dtype)
-        return torch.index_select(per_segment, 0, ids, out=out)
-    return per_segment.index_select(0, ids)
-
-
 # --- vmap support shared by the Functions -----------------------------------------------------
 
 
@@ -205,7 +202,7 @@ class _SegmentSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         (ids,) = ctx.saved_tensors
-        return _gather_rows(grad, ids), None, None, None
+        return grad.index_select(0, ids), None, None, None
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:

@@ -18,7 +18,6 @@ from ._segment import (
     _accumulator,
     _chunks,
     _direct,
-    _gather_rows,
     _index_add_chunked,
     _native_rows,
     _row_numel,
@@ -73,7 +72,7 @@ class _SegmentSoftmax(torch.autograd.Function):
             return native.segment_softmax(values, offsets, log)
         segments = Segments(ids, counts.shape[0], counts, offsets)
         shift = _stable_max(values, segments)
-        out = _gather_rows(shift, ids)
+        out = shift.index_select(0, ids)
         torch.sub(values, out, out=out)
         out.exp_()
         total = _index_add_chunked(torch.zeros_like(shift, dtype=_accumulator(shift)), ids, out)
