@@ -88,11 +88,10 @@ static int rg_bad_offsets(const int64_t *off, int64_t B, int64_t N) {
 /* A kernel's scratch, one block: `doubles` arrays of D doubles, then `reals` arrays of D
    elements of `size` bytes (one element each when D is 0). NULL when out of memory; free()d by
    the kernel. The double arrays come first, so every array is aligned for its type. */
-static void *rg_scratch(int64_t D, int doubles, int reals, size_t size) {
-  size_t d = (size_t)(D > 0 ? D : 1);
-  return malloc(d * ((size_t)doubles * sizeof(double) + (size_t)reals * size));
-}
 #define RG_WIDTH(D) ((D) > 0 ? (D) : 1) /* the length of each scratch array */
+static void *rg_scratch(int64_t D, int doubles, int reals, size_t size) {
+  return malloc((size_t)RG_WIDTH(D) * ((size_t)doubles * sizeof(double) + (size_t)reals * size));
+}
 
 #define RG_BODY
 #define T float

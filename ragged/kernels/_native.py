@@ -77,6 +77,11 @@ def usable(values: Tensor, *others: Tensor | None) -> bool:
 # --- calling the kernels ----------------------------------------------------------------------
 
 
+def _output_like(t: Tensor) -> Tensor:
+    """A fresh contiguous tensor shaped like ``t``, for a kernel to write every element of."""
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
 def _rows(t: Tensor) -> tuple[Tensor, int, int]:
     """``t`` as ``[N, D]`` rows with contiguous inner elements: (tensor, row stride, D)."""
     n = t.shape[0]
@@ -219,7 +224,7 @@ def _reduction_backward(
     ``result`` it reads, from ``grad`` (per segment, possibly broadcast)."""
     result = result.contiguous()
     g, gs = _grad_rows(grad, result.shape)
-    out = torch.empty_like(values, memory_format=torch.contiguous_format)
+    out = _output_like(values)
     per_segment_grad = _PerSegment(g.data_ptr(), gs * g.element_size())
     _launch_rows(name, values, offsets, _per_segment(result), per_segment_grad, gs, out.data_ptr())
     return out
@@ -243,7 +248,7 @@ def segment_moments(values: Tensor, offsets: Tensor) -> tuple[Tensor, Tensor]:
 def affine_rows(values: Tensor, offsets: Tensor, scale: Tensor, centre: Tensor) -> Tensor:
     """``scale[b] * (values - centre[b])`` for the rows of every segment ``b``."""
     scale, centre = scale.contiguous(), centre.contiguous()
-    out = torch.empty_like(values, memory_format=torch.contiguous_format)
+    out = _output_like(values)
     _launch_rows(
         "rg_affine_rows", values, offsets, _per_segment(scale), _per_segment(centre), out.data_ptr()
     )
@@ -278,7 +283,7 @@ def segment_logsumexp_backward(
 
 def segment_softmax(values: Tensor, offsets: Tensor, log: bool) -> Tensor:
     """Softmax (or log-softmax) of the rows of every segment, elementwise over inner axes."""
-    out = torch.empty_like(values, memory_format=torch.contiguous_format)
+    out = _output_like(values)
     _launch_rows("rg_softmax", values, offsets, int(log), out.data_ptr())
     return out
 
@@ -287,7 +292,7 @@ def segment_softmax_backward(out: Tensor, offsets: Tensor, grad: Tensor, log: bo
     """Vector-Jacobian product of :func:`segment_softmax` (``out`` its result)."""
     o, _, d = _rows(out.contiguous())
     g, gs = _grad_rows(grad, out.shape)
-    result = torch.empty_like(out, memory_format=torch.contiguous_format)
+    result = _output_like(out)
     n = o.shape[0]
     _launch(
         "rg_softmax_bwd",
@@ -314,7 +319,7 @@ def segment_scan(
     values: Tensor, offsets: Tensor, op: str, reverse: bool, exclusive: bool
 ) -> Tensor:
     """The scan ``op`` within every segment (from its end with ``reverse``)."""
-    out = torch.empty_like(values, memory_format=torch.contiguous_format)
+    out = _output_like(values)
     _launch_rows(
         "rg_scan", values, offsets, SCAN_OPS[op], int(reverse), int(exclusive), out.data_ptr()
     )
@@ -334,7 +339,7 @@ def segment_scan_backward(
     v, rs, d = _rows(values)
     out = out.contiguous()
     g, gs = _grad_rows(grad, out.shape)
-    result = torch.empty_like(values, memory_format=torch.contiguous_format)
+    result = _output_like(values)
     n = v.shape[0]
     _launch(
         "rg_scan_bwd",

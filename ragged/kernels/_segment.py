@@ -19,7 +19,7 @@ Every kernel has two implementations with the same semantics:
   (``madvise``) made a fresh 256 MB output cost 30 ms instead of 140 on an idle VM, but on VMs
   that return free memory to the host (free page reporting, as on the Firecracker machines
   these benchmarks ran on) a huge page is often refaulted from the host: the same output then
-  cost 450-880 ms of system time and softmax forward ran 2.7x slower than without the advice.
+  cost 420-860 ms of system time and softmax forward ran 2.7x slower than without the advice.
   Where huge pages are fast, torch's own switch (``THP_MEM_ALLOC_ENABLE=1``) turns them on for
   every tensor.
   Backward passes run the native kernels only on plain gradients outside double backward;
