@@ -646,9 +646,9 @@ def run_op(
         }
         head = None
         if op in REDUCTIONS and mode == "fwd":
-            # Head to head: ragged, the copy floor and JAX side by side in alternating rounds,
-            # apart from the slow variants (whose gigabytes freed and faulted disturb the
-            # memory-bound calls around them); the targets read per-round ratios.
+            # Head to head: ragged, the copy floor and JAX in rounds of their own (about 50 ms
+            # each, where a main round lasts seconds), in alternating order; the targets read
+            # per-round ratios, so the machine's drift in memory speed between rounds cancels.
             buffer = torch.empty_like(v)
             group = {"ragged": calls["ragged"], COPY: lambda b=buffer: b.copy_(v)}
             group.update({name: calls[name] for name in peers})
