@@ -16,7 +16,8 @@ For every op (``ragged.<op>(x, axis=1)``), forward and forward+backward:
   fastest one that matches the ragged result is reported;
 * **JAX** (optional peer, skipped with a note when ``jax`` is not installed): ``jax.jit`` of
   ``jax.ops.segment_sum`` / ``segment_max`` / ``segment_min`` with ``num_segments`` and
-  ``indices_are_sorted=True`` on the same data in the same process, XLA on one thread; softmax
+  ``indices_are_sorted=True`` on the same data in the same process (the same memory, through
+  DLPack), XLA on one thread; softmax
   and logsumexp as segment_max (under ``stop_gradient``), exp, segment_sum and a gather; the
   scans as ``jax.lax.associative_scan`` with segment-start flags (exact), and for cumsum also
   the usual trick of a global ``cumsum`` minus its value at each segment start (lossy in
@@ -79,6 +80,8 @@ def head_rounds(repeat: int) -> int:
     """Rounds of the head-to-head group (ragged, the copy, JAX) of a forward reduction: a round
     takes about 50 ms, so more of them than the suite's ``repeat`` cost little."""
     return max(3 * repeat, 21)
+
+
 OPS = ["sum", "mean", "max", "min", "logsumexp", "softmax", *SCANS, "sort"]
 ROW_WISE = {"softmax", "sort", *SCANS}  # outputs one row per input row
 MAX_OVER_MEAN = 7.65
@@ -420,6 +423,7 @@ def import_jax() -> Any:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
         import jax
+        import jax.dlpack
     except ImportError:
         return None
     return jax
@@ -488,13 +492,24 @@ def jax_functions(jax: Any, op: str, d: Data) -> dict[str, Callable[[Any], Any]]
     return table.get(op, {})
 
 
+def shared(jax: Any, t: Tensor) -> Any:
+    """``t`` as a JAX array on the same memory (DLPack, no copy), or a copy where JAX does not
+    take it: JAX then reads the very bytes that ragged and the torch variants read. Two buffers
+    of the same data are not read equally fast on this VM (5% apart for a reduction, measured
+    with both contestants on each buffer: docs/benchmarks.md, "Where the misses come from")."""
+    try:
+        return jax.dlpack.from_dlpack(t)
+    except (TypeError, ValueError, RuntimeError):
+        return jax.numpy.asarray(t.cpu().numpy())
+
+
 def jax_runners(
     jax: Any, op: str, d: Data, v: Tensor, grad: Tensor
 ) -> dict[str, dict[str, Callable[[], Any]]]:
     """Per JAX variant and mode, a call that runs it to completion (jitted, compiled here):
     forward, and ``jax.value_and_grad`` of ``sum(op(values) * grad)``."""
     jnp = jax.numpy
-    x, g = jnp.asarray(v.numpy()), jnp.asarray(grad.numpy())
+    x, g = shared(jax, v), shared(jax, grad)
     out: dict[str, dict[str, Callable[[], Any]]] = {}
     for name, fn in jax_functions(jax, op, d).items():
         fwd = jax.jit(fn)
@@ -962,7 +977,7 @@ def main() -> None:
         f"share of the copy floor, half a copy's time), `values.clone()` "
         f"{bandwidth['clone']:.2f} GB/s (fresh 256 MB tensor: page faults).",
         "JAX: `jax.jit` of `jax.ops.segment_*` (`num_segments`, `indices_are_sorted=True`), XLA "
-        "on one thread, same data and process; fwd+bwd through `jax.value_and_grad`; the "
+        "on one thread, same data, memory (DLPack) and process; fwd+bwd through `jax.value_and_grad`; the "
         "fastest variant that matches the reference, and the lossy cumsum trick where it exists."
         if jax is not None
         else JAX_NOTE,

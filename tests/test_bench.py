@@ -241,7 +241,7 @@ def test_compare_alternates_the_order_of_head_to_head_rounds():
 
 
 def test_paired_ratios_need_the_same_rounds():
-    with pytest.raises(ValueError, match="Timing.paired: other: expected as many"):
+    with pytest.raises(ValueError, match=r"Timing\.paired: other: expected as many"):
         Timing([1.0, 2.0], [1.0, 2.0]).paired(Timing([1.0], [1.0]), "cpu")
 
 

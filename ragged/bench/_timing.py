@@ -163,7 +163,7 @@ class Timing:
                 f"Timing.paired: other: expected as many timed calls as this one's {len(mine)}, "
                 f"got {len(theirs)}"
             )
-        return statistics.median(b / a for a, b in zip(mine, theirs))
+        return statistics.median(b / a for a, b in zip(mine, theirs, strict=True))
 
     def spread(self, metric: str) -> float:
         """Relative spread (max - min) / median: how noisy the measurement was."""
