@@ -16,7 +16,8 @@ For every op (``ragged.<op>(x, axis=1)``), forward and forward+backward:
   fastest one that matches the ragged result is reported;
 * **JAX** (optional peer, skipped with a note when ``jax`` is not installed): ``jax.jit`` of
   ``jax.ops.segment_sum`` / ``segment_max`` / ``segment_min`` with ``num_segments`` and
-  ``indices_are_sorted=True`` on the same data in the same process, XLA on one thread; softmax
+  ``indices_are_sorted=True`` on the same data in the same process (the same memory, through
+  DLPack), XLA on one thread; softmax
   and logsumexp as segment_max (under ``stop_gradient``), exp, segment_sum and a gather; the
   scans as ``jax.lax.associative_scan`` with segment-start flags (exact), and for cumsum also
   the usual trick of a global ``cumsum`` minus its value at each segment start (lossy in
@@ -60,11 +61,27 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ragged
-from ragged.bench import Table, add_device_option, compare, per_call, use_device, write_result
+from ragged.bench import (
+    Table,
+    add_device_option,
+    compare,
+    per_call,
+    pin_cpu,
+    use_device,
+    write_result,
+)
 
 SCANS = ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"]
 REDUCTIONS = ["sum", "mean", "max", "min"]  # read the values once: the copy floor applies
 COPY = "out.copy_(values)"
+
+
+def head_rounds(repeat: int) -> int:
+    """Rounds of the head-to-head group (ragged, the copy, JAX) of a forward reduction: a round
+    takes about 50 ms, so more of them than the suite's ``repeat`` cost little."""
+    return max(3 * repeat, 21)
+
+
 OPS = ["sum", "mean", "max", "min", "logsumexp", "softmax", *SCANS, "sort"]
 ROW_WISE = {"softmax", "sort", *SCANS}  # outputs one row per input row
 MAX_OVER_MEAN = 7.65
@@ -406,6 +423,7 @@ def import_jax() -> Any:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
         import jax
+        import jax.dlpack
     except ImportError:
         return None
     return jax
@@ -474,13 +492,24 @@ def jax_functions(jax: Any, op: str, d: Data) -> dict[str, Callable[[Any], Any]]
     return table.get(op, {})
 
 
+def shared(jax: Any, t: Tensor) -> Any:
+    """``t`` as a JAX array on the same memory (DLPack, no copy), or a copy where JAX does not
+    take it: JAX then reads the very bytes that ragged and the torch variants read. Two buffers
+    of the same data are not read equally fast on this VM (5% apart for a reduction, measured
+    with both contestants on each buffer: docs/benchmarks.md, "Where the misses come from")."""
+    try:
+        return jax.dlpack.from_dlpack(t)
+    except (TypeError, ValueError, RuntimeError):
+        return jax.numpy.asarray(t.cpu().numpy())
+
+
 def jax_runners(
     jax: Any, op: str, d: Data, v: Tensor, grad: Tensor
 ) -> dict[str, dict[str, Callable[[], Any]]]:
     """Per JAX variant and mode, a call that runs it to completion (jitted, compiled here):
     forward, and ``jax.value_and_grad`` of ``sum(op(values) * grad)``."""
     jnp = jax.numpy
-    x, g = jnp.asarray(v.numpy()), jnp.asarray(grad.numpy())
+    x, g = shared(jax, v), shared(jax, grad)
     out: dict[str, dict[str, Callable[[], Any]]] = {}
     for name, fn in jax_functions(jax, op, d).items():
         fwd = jax.jit(fn)
@@ -568,7 +597,19 @@ class OpResult:
     spread: dict[str, float]
     ok: dict[str, bool]
     errors: dict[str, str]
-    floor: float | None = None  # (copy_ time / 2) / ragged time, timed in the same rounds
+    # The head-to-head group of a forward reduction: per-round ratios (medians) of
+    # (copy_ time / 2) / ragged time, and of each JAX variant's time / ragged time.
+    floor: float | None = None
+    head: dict[str, float] = field(default_factory=dict)
+
+    def jax_ratio(self, *, exact: bool) -> tuple[str, float] | None:
+        """The fastest JAX variant (``best_jax``) and its time / ragged's: the head-to-head
+        group's per-round ratio where there is one, else the ratio of medians."""
+        best = self.best_jax(exact=exact)
+        if best is None:
+            return None
+        name, t = best
+        return name, self.head.get(name, t / self.times["ragged"])
 
     def best_torch(self) -> tuple[str, float] | None:
         fine = [
@@ -618,12 +659,15 @@ def run_op(
             },
             **{name: modes[mode] for name, modes in peers.items()},
         }
-        floor = None
-        if op in REDUCTIONS and mode == "fwd":  # the copy floor, timed in the same rounds
+        head = None
+        if op in REDUCTIONS and mode == "fwd":
+            # Head to head: ragged, the copy floor and JAX in rounds of their own (about 50 ms
+            # each, where a main round lasts seconds), in alternating order; the targets read
+            # per-round ratios, so the machine's drift in memory speed between rounds cancels.
             buffer = torch.empty_like(v)
-            floor = compare(
-                {"ragged": calls["ragged"], COPY: lambda b=buffer: b.copy_(v)}, repeat=repeat
-            )
+            group = {"ragged": calls["ragged"], COPY: lambda b=buffer: b.copy_(v)}
+            group.update({name: calls[name] for name in peers})
+            head = compare(group, repeat=head_rounds(repeat), alternate=True)
         for name, run in calls.items():
             print(f"{op:<10}{mode:<8}checking {name}", flush=True)  # progress
             try:
@@ -652,8 +696,10 @@ def run_op(
             ok,
             errors,
         )
-        if floor is not None:
-            result.floor = floor[COPY].median(metric) / 2 / floor["ragged"].median(metric)
+        if head is not None:
+            mine = head.pop("ragged")
+            result.floor = mine.paired(head.pop(COPY), metric) / 2
+            result.head = {name: mine.paired(t, metric) for name, t in head.items()}
         results.append(result)
     return results
 
@@ -733,11 +779,10 @@ def jax_cell(res: OpResult, jax: Any) -> str:
     """JAX / ragged for the fastest exact JAX variant, and for a lossy one where it is faster."""
     if jax is None:
         return "n/a"
-    t = res.times["ragged"]
-    exact, lossy = res.best_jax(exact=True), res.best_jax(exact=False)
-    parts = [f"{exact[1] / t:.2f}x"] if exact else []
+    exact, lossy = res.jax_ratio(exact=True), res.jax_ratio(exact=False)
+    parts = [f"{exact[1]:.2f}x"] if exact else []
     if lossy and (exact is None or lossy[1] < exact[1]):
-        parts.append(f"{lossy[1] / t:.2f}x ({lossy[0].removeprefix('JAX ')}, lossy)")
+        parts.append(f"{lossy[1]:.2f}x ({lossy[0].removeprefix('JAX ')}, lossy)")
     return "; ".join(parts) if parts else "n/a"
 
 
@@ -745,7 +790,8 @@ def target_table(measured: dict[str, dict[str, OpResult]]) -> Table:
     """The speed targets of issue 12, checked on this run's numbers."""
     table = Table(
         "Targets (ratios from this run; above 1: ragged is faster; the copy floor is half the "
-        "time of `out.copy_(values)` into a warm buffer, timed round-robin with the op)",
+        "time of `out.copy_(values)` into a warm buffer; for the forward reductions the floor "
+        "and JAX ratios come from the head-to-head rounds)",
         ["target", "op", "mode", "measured", "status"],
     )
 
@@ -763,14 +809,14 @@ def target_table(measured: dict[str, dict[str, OpResult]]) -> Table:
             t = res.times["ragged"]
             if res.floor is not None:
                 add(">= 90% of the copy floor", op, mode, res.floor, 0.9, "{:.0%}")
-            exact, lossy = res.best_jax(exact=True), res.best_jax(exact=False)
+            exact, lossy = res.jax_ratio(exact=True), res.jax_ratio(exact=False)
             wants_jax = (op in REDUCTIONS and mode == "fwd") or (
                 op == "softmax" and mode == "fwd+bwd"
             )
             if wants_jax or op in SCANS:
-                add("no slower than JAX", op, mode, exact and exact[1] / t, 1.0, "{:.2f}x")
+                add("no slower than JAX", op, mode, exact and exact[1], 1.0, "{:.2f}x")
             if op in SCANS and lossy:
-                add("ahead of JAX's lossy trick", op, mode, lossy[1] / t, 1.0, "{:.2f}x")
+                add("ahead of JAX's lossy trick", op, mode, lossy[1], 1.0, "{:.2f}x")
             best = res.best_torch()
             add(
                 ">= the best plain-torch composition",
@@ -799,9 +845,18 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, help="timed calls per variant (default 7; 3 with --quick)"
     )
+    parser.add_argument(
+        "--cpu",
+        default="last",
+        help="the one CPU every thread runs on (JAX's worker and torch's caller alike): a "
+        "number, 'last' (default: the last CPU this process may use) or 'none' (not pinned)",
+    )
     add_device_option(parser)
     args = parser.parse_args()
     device = use_device(args.device)
+    if args.cpu != "none":
+        pin_cpu(None if args.cpu == "last" else int(args.cpu))
+    pinned = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if device.type != "cpu":
         args.metric = "wall"  # the host's CPU time does not count the device's kernels
     torch.set_num_threads(1)
@@ -877,8 +932,8 @@ def main() -> None:
                 cells.append(f"{rate:.2f} ({100 * rate / bandwidth['copy_']:.0f}%)")
             plots["speedup"][op][res.mode + " padded"] = padded / t if padded else math.nan
             plots["speedup"][op][res.mode + " torch"] = best[1] / t if best else math.nan
-            exact = res.best_jax(exact=True)
-            plots["speedup"][op][res.mode + " jax"] = exact[1] / t if exact else math.nan
+            exact = res.jax_ratio(exact=True)
+            plots["speedup"][op][res.mode + " jax"] = exact[1] if exact else math.nan
             for name, tv in sorted(res.times.items(), key=lambda kv: kv[1]):
                 detail.rows.append(
                     [
@@ -905,7 +960,15 @@ def main() -> None:
         shape + ".",
         f"Median {args.metric} time of {repeat} calls after a warm-up call (at least 3 for "
         "variants slower than 4 s), variants timed round-robin; ratios = other / ragged (above "
-        "1: ragged is faster).",
+        "1: ragged is faster). "
+        + (f"Every thread ran on CPU {pinned[0]} (`--cpu`)." if len(pinned) == 1 else "")
+        + (
+            ""
+            if jax is None
+            else " Forward reductions, JAX column: ragged, `out.copy_(values)` and the JAX "
+            f"variants timed again on their own, {head_rounds(repeat)} rounds in alternating "
+            "order; the median of per-round ratios (the detail table keeps the main rounds)."
+        ),
         "padded = `ragged.to_padded` with a masking fill (0 / -inf / +inf) + the dense op "
         "(+ gather back to rows for row-wise outputs); best torch = fastest matching "
         "composition (see the detail table); cumprod runs on `1 + values / 64`.",
@@ -914,7 +977,7 @@ def main() -> None:
         f"share of the copy floor, half a copy's time), `values.clone()` "
         f"{bandwidth['clone']:.2f} GB/s (fresh 256 MB tensor: page faults).",
         "JAX: `jax.jit` of `jax.ops.segment_*` (`num_segments`, `indices_are_sorted=True`), XLA "
-        "on one thread, same data and process; fwd+bwd through `jax.value_and_grad`; the "
+        "on one thread, same data, memory (DLPack) and process; fwd+bwd through `jax.value_and_grad`; the "
         "fastest variant that matches the reference, and the lossy cumsum trick where it exists."
         if jax is not None
         else JAX_NOTE,

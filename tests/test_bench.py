@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import ragged.bench.__main__ as bench_main
-from ragged.bench import Table, compare, replace_section
+from ragged.bench import Table, Timing, compare, pin_cpu, replace_section
 from ragged.bench.__main__ import WIDTH, main, render_suite
 from ragged.bench._runner import discover
 
@@ -226,6 +227,29 @@ def test_compare_times_every_variant_round_robin():
     times = compare({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeat=3)
     assert calls == ["a", "b"] + ["a", "b"] * 3  # warm-up, then rounds
     assert all(len(t.wall) == 3 and t.median("cpu") >= 0 for t in times.values())
+
+
+def test_compare_alternates_the_order_of_head_to_head_rounds():
+    calls = []
+    compare(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+        repeat=3,
+        warmup=0,
+        alternate=True,
+    )
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+
+
+def test_paired_ratios_need_the_same_rounds():
+    with pytest.raises(ValueError, match=r"Timing\.paired: other: expected as many"):
+        Timing([1.0, 2.0], [1.0, 2.0]).paired(Timing([1.0], [1.0]), "cpu")
+
+
+def test_pin_cpu_rejects_a_cpu_outside_the_process_set():
+    outside = (os.cpu_count() or 1) + 1024  # no such CPU
+    with pytest.raises(ValueError, match=r"pin_cpu: cpus: expected CPUs"):
+        pin_cpu(outside)
+    assert outside not in os.sched_getaffinity(0)
 
 
 def test_peak_memory_sees_a_large_allocation():

@@ -18,6 +18,7 @@ from ._timing import add_device_option as add_device_option
 from ._timing import compare as compare
 from ._timing import peak_memory as peak_memory
 from ._timing import per_call as per_call
+from ._timing import pin_cpu as pin_cpu
 from ._timing import synchronize as synchronize
 from ._timing import use_device as use_device
 
@@ -30,6 +31,7 @@ __all__ = [
     "machine",
     "peak_memory",
     "per_call",
+    "pin_cpu",
     "replace_section",
     "synchronize",
     "use_device",

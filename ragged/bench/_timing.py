@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ __all__ = [
     "compare",
     "peak_memory",
     "per_call",
+    "pin_cpu",
     "synchronize",
     "use_device",
 ]
@@ -75,6 +77,46 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def pin_cpu(cpus: int | set[int] | None = None) -> set[int]:
+    """Run every thread of this process, and the threads it starts later, on ``cpus`` (one CPU
+    number or a set; by default the last CPU this process may use); returns the set the calling
+    thread could use before, so that a second call undoes the first.
+
+    The suites time single-threaded contestants, but not all on the same thread: JAX runs its
+    computations on a worker thread, torch on the caller's. Unpinned, the two may sit on
+    different cores, and the cores of a virtual machine differ in speed (12% apart for a
+    memory-bound reduction on this project's 2-core VM): one core for every contestant keeps
+    that out of the ratios. Where the OS has no CPU affinity (macOS), nothing happens and the
+    result is empty.
+
+    >>> before = pin_cpu()
+    >>> len(os.sched_getaffinity(0))
+    1
+    >>> _ = pin_cpu(before)  # undo
+    >>> os.sched_getaffinity(0) == before
+    True
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return set()
+    before = set(os.sched_getaffinity(0))
+    wanted = {max(before)} if cpus is None else {cpus} if isinstance(cpus, int) else set(cpus)
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]  # the calling thread only
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, wanted)
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+        except OSError as error:
+            raise ValueError(
+                f"pin_cpu: cpus: expected CPUs this process may use ({sorted(before)}), got "
+                f"{sorted(wanted)} ({error})"
+            ) from None
+    return before
+
+
 def synchronize() -> None:
     """Wait for the work queued on the timing device (nothing to wait for on CPU)."""
     if _device.type == "cuda":
@@ -106,6 +148,23 @@ class Timing:
         """
         return self.cpu_median if metric == "cpu" else self.wall_median
 
+    def paired(self, other: Timing, metric: str) -> float:
+        """The median over rounds of ``other``'s time over this one's: calls of one round ran
+        side by side, so a drift of the machine's speed between rounds cancels out.
+
+        >>> mine, theirs = Timing([1.0, 2.0, 4.0], [1.0, 2.0, 4.0]), Timing([3.0, 2.2, 4.4], [0, 0, 0])
+        >>> mine.paired(theirs, "wall")  # per round: 3.0, 1.1, 1.1
+        1.1
+        """
+        mine = self.cpu if metric == "cpu" else self.wall
+        theirs = other.cpu if metric == "cpu" else other.wall
+        if len(mine) != len(theirs):
+            raise ValueError(
+                f"Timing.paired: other: expected as many timed calls as this one's {len(mine)}, "
+                f"got {len(theirs)}"
+            )
+        return statistics.median(b / a for a, b in zip(mine, theirs, strict=True))
+
     def spread(self, metric: str) -> float:
         """Relative spread (max - min) / median: how noisy the measurement was."""
         values = self.cpu if metric == "cpu" else self.wall
@@ -120,8 +179,13 @@ def compare(
     warmup: int = 1,
     budget: float | None = None,
     estimates: dict[str, float] | None = None,
+    alternate: bool = False,
 ) -> dict[str, Timing]:
     """Time every variant ``repeat`` times, round-robin, after ``warmup`` untimed calls each.
+
+    With ``alternate``, every other round runs the variants in reverse order, so that none of
+    them always follows the same neighbour (for head-to-head groups read with
+    :meth:`Timing.paired`).
 
     With ``budget`` (seconds), a variant whose warm-up call took longer than ``budget /
     repeat`` (or whose ``estimates`` entry, seconds per call measured by the caller, is) is
@@ -149,8 +213,9 @@ def compare(
     gc.collect()
     gc.disable()
     try:
+        order = list(variants.items())
         for round_ in range(repeat):
-            for name, fn in variants.items():
+            for name, fn in order[::-1] if alternate and round_ % 2 else order:
                 if round_ >= counts[name]:
                     continue
                 c0, w0 = time.process_time(), time.perf_counter()
