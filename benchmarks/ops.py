@@ -977,8 +977,9 @@ def main() -> None:
         f"share of the copy floor, half a copy's time), `values.clone()` "
         f"{bandwidth['clone']:.2f} GB/s (fresh 256 MB tensor: page faults).",
         "JAX: `jax.jit` of `jax.ops.segment_*` (`num_segments`, `indices_are_sorted=True`), XLA "
-        "on one thread, same data, memory (DLPack) and process; fwd+bwd through `jax.value_and_grad`; the "
-        "fastest variant that matches the reference, and the lossy cumsum trick where it exists."
+        "on one thread, same data, memory (DLPack) and process; fwd+bwd through "
+        "`jax.value_and_grad`; the fastest variant that matches the reference, and the lossy "
+        "cumsum trick where it exists."
         if jax is not None
         else JAX_NOTE,
     ]

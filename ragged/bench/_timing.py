@@ -152,7 +152,8 @@ class Timing:
         """The median over rounds of ``other``'s time over this one's: calls of one round ran
         side by side, so a drift of the machine's speed between rounds cancels out.
 
-        >>> mine, theirs = Timing([1.0, 2.0, 4.0], [1.0, 2.0, 4.0]), Timing([3.0, 2.2, 4.4], [0, 0, 0])
+        >>> mine = Timing(wall=[1.0, 2.0, 4.0], cpu=[1.0, 2.0, 4.0])
+        >>> theirs = Timing(wall=[3.0, 2.2, 4.4], cpu=[0.0, 0.0, 0.0])
         >>> mine.paired(theirs, "wall")  # per round: 3.0, 1.1, 1.1
         1.1
         """

@@ -85,9 +85,6 @@ static int rg_bad_offsets(const int64_t *off, int64_t B, int64_t N) {
 #define RG_CHECK(off, B, N) \
   if (rg_bad_offsets(off, B, N)) return 1
 
-/* A kernel's scratch, one block: `doubles` arrays of D doubles, then `reals` arrays of D
-   elements of `size` bytes (one element each when D is 0). NULL when out of memory; free()d by
-   the kernel. The double arrays come first, so every array is aligned for its type. */
 /* 256-bit vectors where GCC's 512-bit code is slower: rg_add_rows and its callers (an inlined
    function takes its caller's vector width). */
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
@@ -96,6 +93,9 @@ static int rg_bad_offsets(const int64_t *off, int64_t B, int64_t N) {
 #define RG_NARROW
 #endif
 
+/* A kernel's scratch, one block: `doubles` arrays of D doubles, then `reals` arrays of D
+   elements of `size` bytes (one element each when D is 0). NULL when out of memory; free()d by
+   the kernel. The double arrays come first, so every array is aligned for its type. */
 #define RG_WIDTH(D) ((D) > 0 ? (D) : 1) /* the length of each scratch array */
 static void *rg_scratch(int64_t D, int doubles, int reals, size_t size) {
   return malloc((size_t)RG_WIDTH(D) * ((size_t)doubles * sizeof(double) + (size_t)reals * size));
