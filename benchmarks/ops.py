@@ -831,6 +831,13 @@ def target_table(measured: dict[str, dict[str, OpResult]]) -> Table:
     return table
 
 
+def cpu_option(text: str) -> str:
+    """``--cpu``: a CPU number, ``last`` or ``none``."""
+    if text in ("last", "none") or text.isdigit():
+        return text
+    raise argparse.ArgumentTypeError(f"expected a CPU number, 'last' or 'none', got {text!r}")
+
+
 def fmt_ms(seconds: float) -> str:
     ms = seconds * 1e3
     return f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
@@ -848,6 +855,7 @@ def main() -> None:
     parser.add_argument(
         "--cpu",
         default="last",
+        type=cpu_option,
         help="the one CPU every thread runs on (JAX's worker and torch's caller alike): a "
         "number, 'last' (default: the last CPU this process may use) or 'none' (not pinned)",
     )

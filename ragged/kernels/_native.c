@@ -263,7 +263,7 @@ int SUF(rg_extreme_bwd)(const T *restrict v, int64_t rs, int64_t D,
                         const T *restrict best, const T *restrict g, int64_t gs,
                         T *restrict gin) {
   RG_CHECK(off, B, N);
-  T *restrict share = malloc((size_t)(D > 0 ? D : 1) * sizeof(T));
+  T *restrict share = rg_scratch(D, 0, 1, sizeof(T));
   if (!share) return 2;
   for (int64_t b = 0; b < B; b++) {
     const T *restrict m = best + b * D, *restrict gb = g + b * gs;
@@ -493,7 +493,7 @@ int SUF(rg_scan_bwd)(const T *restrict x, int64_t rs, const T *restrict out,
                      int64_t B, int64_t N, int op, int reverse, int exclusive,
                      T *restrict gin) {
   RG_CHECK(off, B, N);
-  double *restrict acc = malloc((size_t)(D > 0 ? D : 1) * sizeof(double));
+  double *restrict acc = rg_scratch(D, 1, 0, sizeof(T));
   if (!acc) return 2;
   for (int64_t b = 0; b < B; b++) {
     int64_t len = off[b + 1] - off[b];
