@@ -601,6 +601,7 @@ class OpResult:
     # (copy_ time / 2) / ragged time, and of each JAX variant's time / ragged time.
     floor: float | None = None
     head: dict[str, float] = field(default_factory=dict)
+    head_interval: dict[str, tuple[float, float]] = field(default_factory=dict)  # 95% CIs
 
     def jax_ratio(self, *, exact: bool) -> tuple[str, float] | None:
         """The fastest JAX variant (``best_jax``) and its time / ragged's: the head-to-head
@@ -700,6 +701,9 @@ def run_op(
             mine = head.pop("ragged")
             result.floor = mine.paired(head.pop(COPY), metric) / 2
             result.head = {name: mine.paired(t, metric) for name, t in head.items()}
+            result.head_interval = {
+                name: mine.paired_interval(t, metric) for name, t in head.items()
+            }
         results.append(result)
     return results
 
@@ -791,15 +795,29 @@ def target_table(measured: dict[str, dict[str, OpResult]]) -> Table:
     table = Table(
         "Targets (ratios from this run; above 1: ragged is faster; the copy floor is half the "
         "time of `out.copy_(values)` into a warm buffer; for the forward reductions the floor "
-        "and JAX ratios come from the head-to-head rounds)",
+        "and JAX ratios come from the head-to-head rounds, the JAX ratio with a 95% confidence "
+        'interval of its median (distribution-free); "tie" where the interval reaches the bar)',
         ["target", "op", "mode", "measured", "status"],
     )
 
-    def add(target: str, op: str, mode: str, value: float | None, bar: float, fmt: str) -> None:
+    def add(
+        target: str,
+        op: str,
+        mode: str,
+        value: float | None,
+        bar: float,
+        fmt: str,
+        interval: tuple[float, float] | None = None,
+    ) -> None:
         if value is None or not math.isfinite(value):
             return
-        shown = fmt.format(value)
-        table.rows.append([target, op, mode, shown, "met" if value >= bar else "missed"])
+        shown, status = fmt.format(value), "met" if value >= bar else "missed"
+        if interval is not None:  # a head-to-head ratio: say how precisely it was measured
+            low, high = (fmt.format(v) for v in interval)
+            shown += f" (95% CI {low}-{high})"
+            if value < bar <= interval[1]:
+                status = "tie: the CI reaches it"
+        table.rows.append([target, op, mode, shown, status])
 
     def ratio(res: OpResult, name: str | None) -> float | None:
         return res.times[name] / res.times["ragged"] if name in res.times else None
@@ -814,7 +832,8 @@ def target_table(measured: dict[str, dict[str, OpResult]]) -> Table:
                 op == "softmax" and mode == "fwd+bwd"
             )
             if wants_jax or op in SCANS:
-                add("no slower than JAX", op, mode, exact and exact[1], 1.0, "{:.2f}x")
+                interval = res.head_interval.get(exact[0]) if exact else None
+                add("no slower than JAX", op, mode, exact and exact[1], 1.0, "{:.2f}x", interval)
             if op in SCANS and lossy:
                 add("ahead of JAX's lossy trick", op, mode, lossy[1], 1.0, "{:.2f}x")
             best = res.best_torch()

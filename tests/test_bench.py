@@ -245,6 +245,21 @@ def test_paired_ratios_need_the_same_rounds():
         Timing([1.0, 2.0], [1.0, 2.0]).paired(Timing([1.0], [1.0]), "cpu")
 
 
+@pytest.mark.parametrize("n", [1, 5, 6, 20, 93])
+def test_paired_interval_covers_the_median_at_the_binomial_ranks(n):
+    mine = Timing([1.0] * n, [1.0] * n)
+    theirs = Timing([float(i) for i in range(n)], [0.0] * n)  # ratios 0, 1, ..., n - 1
+    low, high = mine.paired_interval(theirs, "wall")
+    assert low <= mine.paired(theirs, "wall") <= high and low + high == n - 1  # symmetric
+    k = int(low) + 1  # the interval is the k-th smallest to the k-th largest ratio
+    tail = sum(math.comb(n, i) for i in range(k)) / 2**n  # P(fewer than k below the median)
+    assert tail <= 0.025 or k == 1
+    if k < n // 2:  # and k is the largest such rank
+        assert tail + math.comb(n, k) / 2**n > 0.025
+    with pytest.raises(ValueError, match=r"Timing\.paired_interval: level: expected in"):
+        mine.paired_interval(theirs, "wall", level=1.0)
+
+
 def test_pin_cpu_rejects_a_cpu_outside_the_process_set():
     outside = (os.cpu_count() or 1) + 1024  # no such CPU
     with pytest.raises(ValueError, match=r"pin_cpu: cpus: expected CPUs"):

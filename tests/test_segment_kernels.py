@@ -32,6 +32,7 @@ def reference(x, fn, fill):
 def kernels():
     return {
         "sum": (lambda v, s: _segment.segment_sum(v, s), lambda t: t.sum(0), 0.0),
+        "mean": (lambda v, s: _segment.segment_mean(v, s), lambda t: t.mean(0), float("nan")),
         "amax": (lambda v, s: _segment.segment_amax(v, s, -7.0), lambda t: t.amax(0), -7.0),
         "amin": (lambda v, s: _segment.segment_amin(v, s, 7.0), lambda t: t.amin(0), 7.0),
         "logsumexp": (
@@ -47,7 +48,7 @@ def kernels():
     }
 
 
-@pytest.mark.parametrize("name", ["sum", "amax", "amin", "logsumexp", "var"])
+@pytest.mark.parametrize("name", ["sum", "mean", "amax", "amin", "logsumexp", "var"])
 @given(x=ragged_arrays(inner=(2,)))
 def test_reductions_match_reference(path, name, x):
     kernel, ref, fill = kernels()[name]
@@ -66,6 +67,7 @@ def test_softmax_matches_reference(path, log, x):
 
 CASES = [
     ("sum", lambda v, s: _segment.segment_sum(v, s)),
+    ("mean", lambda v, s: _segment.segment_mean(v, s)),
     ("amax", lambda v, s: _segment.segment_amax(v, s, 0.0)),
     ("softmax", lambda v, s: _segment_softmax.segment_softmax(v, s)),
     ("log_softmax", lambda v, s: _segment_softmax.segment_softmax(v, s, log=True)),

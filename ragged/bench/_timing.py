@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import math
 import os
 import statistics
 import time
@@ -157,14 +158,44 @@ class Timing:
         >>> mine.paired(theirs, "wall")  # per round: 3.0, 1.1, 1.1
         1.1
         """
+        return statistics.median(self._ratios(other, metric, "paired"))
+
+    def paired_interval(
+        self, other: Timing, metric: str, level: float = 0.95
+    ) -> tuple[float, float]:
+        """A ``level`` confidence interval of :meth:`paired`'s median: order statistics of the
+        per-round ratios chosen by the binomial distribution (no assumption on their shape;
+        rounds taken as independent). With too few rounds for ``level``, the whole range.
+
+        >>> mine = Timing(wall=[1.0] * 20, cpu=[1.0] * 20)
+        >>> theirs = Timing(wall=[0.90 + 0.01 * i for i in range(20)], cpu=[1.0] * 20)
+        >>> [round(r, 2) for r in mine.paired_interval(theirs, "wall")]  # median 1.0
+        [0.95, 1.04]
+        """
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"Timing.paired_interval: level: expected in (0, 1), got {level}")
+        ratios = sorted(self._ratios(other, metric, "paired_interval"))
+        n = len(ratios)
+        # The largest k with P(Binomial(n, 1/2) < k) <= (1 - level) / 2: the interval from
+        # the k-th smallest to the k-th largest ratio covers the median with >= level.
+        k, below = 0, 0.0
+        while k < n // 2:
+            below += math.comb(n, k) / 2.0**n
+            if below > (1.0 - level) / 2.0:
+                break
+            k += 1
+        k = max(k, 1)
+        return ratios[k - 1], ratios[n - k]
+
+    def _ratios(self, other: Timing, metric: str, method: str) -> list[float]:
         mine = self.cpu if metric == "cpu" else self.wall
         theirs = other.cpu if metric == "cpu" else other.wall
         if len(mine) != len(theirs):
             raise ValueError(
-                f"Timing.paired: other: expected as many timed calls as this one's {len(mine)}, "
-                f"got {len(theirs)}"
+                f"Timing.{method}: other: expected as many timed calls as this one's "
+                f"{len(mine)}, got {len(theirs)}"
             )
-        return statistics.median(b / a for a, b in zip(mine, theirs, strict=True))
+        return [b / a for a, b in zip(mine, theirs, strict=True)]
 
     def spread(self, metric: str) -> float:
         """Relative spread (max - min) / median: how noisy the measurement was."""

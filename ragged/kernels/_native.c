@@ -152,8 +152,11 @@ static inline RG_NARROW void SUF(rg_add_rows)(const T *restrict v, int64_t rs, i
   }
 }
 
+/* Per-segment sums, or with `mean` the means (the double sum divided by the row count before
+   its one rounding to T; an empty segment gives 0 / 0 = NaN): one pass, one output. */
 RG_NARROW int SUF(rg_sum)(const T *restrict v, int64_t rs, int64_t D,
-                          const int64_t *restrict off, int64_t B, int64_t N, T *restrict out) {
+                          const int64_t *restrict off, int64_t B, int64_t N, int mean,
+                          T *restrict out) {
   RG_CHECK(off, B, N);
   double *restrict acc = rg_scratch(D, 1, 1, sizeof(T));
   if (!acc) return 2;
@@ -162,7 +165,12 @@ RG_NARROW int SUF(rg_sum)(const T *restrict v, int64_t rs, int64_t D,
     for (int64_t j = 0; j < D; j++) acc[j] = 0.0;
     SUF(rg_add_rows)(v, rs, D, off[b], off[b + 1], part, acc);
     T *restrict o = out + b * D;
-    for (int64_t j = 0; j < D; j++) o[j] = (T)acc[j];
+    if (mean) {
+      double n = (double)(off[b + 1] - off[b]);
+      for (int64_t j = 0; j < D; j++) o[j] = (T)(acc[j] / n);
+    } else {
+      for (int64_t j = 0; j < D; j++) o[j] = (T)acc[j];
+    }
   }
   free(acc);
   return 0;

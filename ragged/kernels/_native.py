@@ -230,10 +230,11 @@ def _reduction_backward(
     return out
 
 
-def segment_sum(values: Tensor, offsets: Tensor) -> Tensor:
-    """``[B, *inner]`` sums of the segments ``values[offsets[b]:offsets[b + 1]]``."""
+def segment_sum(values: Tensor, offsets: Tensor, mean: bool = False) -> Tensor:
+    """``[B, *inner]`` sums of the segments ``values[offsets[b]:offsets[b + 1]]``, or with
+    ``mean`` their means (divided in double before the one rounding; NaN for empty segments)."""
     out = _reduced(values, offsets)
-    _launch_rows("rg_sum", values, offsets, _per_segment(out))
+    _launch_rows("rg_sum", values, offsets, int(mean), _per_segment(out))
     return out
 
 

@@ -138,7 +138,7 @@ def _declare(lib: Any) -> None:
     rows = [ptr, i64, i64, ptr, i64, i64]  # values, row stride, D, offsets, B, N
     for suffix, real in (("f32", ctypes.c_float), ("f64", ctypes.c_double)):
         signatures = {
-            "rg_sum": [*rows, ptr],
+            "rg_sum": [*rows, i32, ptr],
             "rg_extreme": [*rows, real, i32, ptr],
             "rg_moments": [*rows, ptr, ptr],
             "rg_affine_rows": [*rows, ptr, ptr, ptr],

@@ -182,6 +182,23 @@ def segment_sum(values: Tensor, segments: Segments) -> Tensor:
     return zeros.index_add(0, segments.ids, values.to(acc)).to(values.dtype)
 
 
+def segment_mean(values: Tensor, segments: Segments) -> Tensor:
+    """Per-group means, ``[num, *inner]``; empty groups give NaN (0 / 0).
+
+    Without a gradient to record, the native kernel divides each double sum by its count
+    before the one rounding (one pass, one output: no second tensor for the quotient).
+
+    >>> s = Segments(torch.tensor([0, 0, 2]), 3, torch.tensor([2, 0, 1]))
+    >>> segment_mean(torch.tensor([1.0, 2.0, 3.0]), s)
+    tensor([1.5000,    nan, 3.0000])
+    """
+    if use_fast_path(values) and (offsets := _direct(values, segments.offsets)) is not None:
+        return native.segment_sum(values, offsets, mean=True)
+    # An empty group's (infinite) local derivative reaches no row: it has none.
+    counts = segments.counts.view(-1, *[1] * (values.dim() - 1))
+    return segment_sum(values, segments) / counts
+
+
 class _SegmentSum(torch.autograd.Function):
     @staticmethod
     def forward(values: Tensor, ids: Tensor, num: int, offsets: Tensor | None) -> Tensor:

@@ -30,7 +30,7 @@ from ..._errors import Func, type_error, value_error
 from ..._partition import Partition, RowPartition
 from ..._registry import op
 from ..._versions import check_unchanged
-from ...kernels._segment import Segments, segment_amax, segment_amin, segment_sum
+from ...kernels._segment import Segments, segment_amax, segment_amin, segment_mean, segment_sum
 from ...kernels._segment_stats import segment_prod
 from .._grouping import group
 from ._typing import reduction
@@ -274,18 +274,13 @@ def mean(
     """
     _float_only(mean, x)
 
-    def segment_fn(v: Tensor, s: Segments) -> Tensor:
-        # An empty segment gives 0 / 0 = NaN, the documented default. Its (infinite) local
-        # derivative reaches no row: an empty segment has none.
-        return segment_sum(v, s) / s.counts.view(-1, *[1] * (v.dim() - 1))
-
     return reduce(
         mean,
         x,
         axis,
         keepdims,
         fill_value,
-        segment_fn=segment_fn,
+        segment_fn=segment_mean,  # an empty segment gives 0 / 0 = NaN, the documented default
         dense_fn=lambda v, d, k: torch.mean(v, d, keepdim=k),
         empty=float("nan"),
     )
