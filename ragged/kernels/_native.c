@@ -165,12 +165,8 @@ RG_NARROW int SUF(rg_sum)(const T *restrict v, int64_t rs, int64_t D,
     for (int64_t j = 0; j < D; j++) acc[j] = 0.0;
     SUF(rg_add_rows)(v, rs, D, off[b], off[b + 1], part, acc);
     T *restrict o = out + b * D;
-    if (mean) {
-      double n = (double)(off[b + 1] - off[b]);
-      for (int64_t j = 0; j < D; j++) o[j] = (T)(acc[j] / n);
-    } else {
-      for (int64_t j = 0; j < D; j++) o[j] = (T)acc[j];
-    }
+    double n = mean ? (double)(off[b + 1] - off[b]) : 1.0; /* x / 1.0 is x exactly */
+    for (int64_t j = 0; j < D; j++) o[j] = (T)(acc[j] / n);
   }
   free(acc);
   return 0;
