@@ -13,7 +13,9 @@ def use_path(name: str, monkeypatch: pytest.MonkeyPatch) -> str:
     compiler)."""
     smallest = 1 << 62 if name == "composite" else 0
     monkeypatch.setattr(_segment, "_FAST_MIN_NUMEL", smallest)
-    monkeypatch.setattr(_segment, "_NATIVE_MIN_NUMEL", {"reduce": smallest, "rows": smallest})
+    every_kind = dict.fromkeys(_segment._NATIVE_MIN_NUMEL, smallest)
+    for table in ("_NATIVE_MIN_NUMEL", "_NATIVE_MIN_ROWS", "_DIRECT_MIN_ROWS"):
+        monkeypatch.setattr(_segment, table, every_kind)
     if name == "torch":
         monkeypatch.setitem(_native_build._state, "lib", None)
     if name == "native" and _native.library() is None:

@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from ragged.kernels import _segment, _segment_softmax, _segment_stats
+from ragged.kernels import _native, _segment, _segment_softmax, _segment_stats
 from ragged.kernels._segment import Segments
 from tests.paths import PATHS, use_path
 from tests.strategies import ragged_arrays
@@ -101,3 +101,40 @@ def test_amax_ties_split_gradient(path):
     s = Segments(torch.tensor([0, 0, 0, 0]), 1, torch.tensor([4]), torch.tensor([0, 4]))
     (grad,) = torch.autograd.grad(_segment.segment_amax(values, s, 0.0).sum(), values)
     assert grad.tolist() == [0.0, 0.5, 0.5, 0.0]
+
+
+@pytest.mark.parametrize(("name", "kernel"), CASES, ids=[c[0] for c in CASES])
+def test_backward_of_an_expanded_gradient(path, name, kernel):
+    """``out.sum().backward()`` hands the backward an expanded gradient (stride 0)."""
+    values = torch.randn(9, 2, dtype=torch.float64, requires_grad=True)
+    ids = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    s = Segments(ids, 3, torch.tensor([3, 2, 4]), torch.tensor([0, 3, 5, 9]))
+    out = kernel(values, s)
+    ones = torch.ones_like(out)
+    (want,) = torch.autograd.grad(out, values, ones, retain_graph=True)
+    (got,) = torch.autograd.grad(out, values, ones[:1, :1].expand_as(out), retain_graph=True)
+    torch.testing.assert_close(got, want)
+    out.sum().backward()
+    torch.testing.assert_close(values.grad, want)
+
+
+def test_small_inputs_take_the_native_kernels_where_they_pay():
+    """The dispatch below the size thresholds (measured by tools/small_inputs.py)."""
+    if _native.library() is None:
+        pytest.skip("no C compiler here: the native kernels cannot be built")
+    fast = _segment.use_fast_path
+    tiny, tiny_offsets = torch.randn(17, 8), torch.tensor([0, 3, 11, 12, 17])
+    assert fast(tiny, "rows", tiny_offsets)  # softmax, log-softmax, logsumexp: every size
+    assert fast(tiny, "scan")  # a scan, with a gradient too
+    assert fast(tiny.requires_grad_(), "scan")
+    assert not fast(tiny, "rows", tiny_offsets)  # with a gradient: from 2^12 elements
+    assert not fast(tiny.detach(), "rows")  # groups that are not contiguous runs
+    assert not fast(tiny.detach(), "reduce", tiny_offsets)  # few rows: the composite sum wins
+    assert not fast(tiny.detach().to(torch.int64), "scan")  # no native kernel for integers
+    rows = torch.randn(1024, 8)
+    assert fast(rows, "reduce", torch.arange(0, 1025, 8))  # from 1024 rows, called directly
+    assert not fast(rows.requires_grad_(), "reduce", torch.arange(0, 1025, 8))
+    assert fast(torch.randn(4096, 2, requires_grad=True), "reduce", torch.arange(0, 4097, 8))
+    seen = []
+    torch.func.vmap(lambda v: seen.append(fast(v, "scan")) or v)(torch.randn(2, 17, 8))
+    assert seen == [False]  # a functorch wrapper: the composite

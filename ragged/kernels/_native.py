@@ -27,6 +27,7 @@ only (``torch.compile`` traces the torch composites, which Inductor fuses), CPU,
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -195,7 +196,7 @@ def _launch(name: str, dtype: torch.dtype, offsets: Tensor, numel: int, *args: A
 
 def _per_segment(t: Tensor) -> _PerSegment:
     """A ``[B, *inner]`` tensor (contiguous) as per-segment rows."""
-    return _PerSegment(t.data_ptr(), t[0].numel() * t.element_size() if t.shape[0] else 0)
+    return _PerSegment(t.data_ptr(), math.prod(t.shape[1:]) * t.element_size())
 
 
 def _grad_rows(grad: Tensor, shape: Any) -> tuple[Tensor, int]:

@@ -434,13 +434,17 @@ def scan_rows(
 ) -> Tensor:
     """The scan ``m`` of ``values`` (``[N, *inner]``) within the segments of ``level``.
 
-    Large inputs in eager mode take :class:`_SegmentScan`; otherwise the composite scan runs
+    In eager mode the native scan runs at every size where it can (plain float CPU tensors;
+    through :class:`_SegmentScan` when there is something to differentiate) and other large
+    inputs take :class:`_SegmentScan` too; otherwise the composite scan runs
     (``method`` picks its block prefixes, see :func:`layout`). Running extrema route their
     gradient to the element ``torch.cummax`` would name.
     """
-    if use_fast_path(values, "rows"):
-        if _native_scan(m.name, values) and not native.differentiable(values):
+    if use_fast_path(values, "scan") and _native_scan(m.name, values):
+        if not native.differentiable(values):
             return native.segment_scan(values, level.offsets, m.name, reverse, exclusive)
+        return _SegmentScan.apply(values, level, max_length, m.name, reverse, exclusive)
+    if use_fast_path(values, "rows"):
         return _SegmentScan.apply(values, level, max_length, m.name, reverse, exclusive)
     return _composite(m, values, level, max_length, reverse, exclusive, method)
 

@@ -57,8 +57,19 @@ _FAST_MIN_NUMEL = 1 << 18  # below this the composite path is faster (fixed over
 # With the native kernels the fast path pays from smaller sizes (measured, one thread, segments
 # of 64 rows): a sum or max of 2^17 elements 67 us native against 150 us composite (2^15: 47
 # against 40); softmax and the scans of 2^12 elements 50-80 us against 100-200 us, where the
-# composite's many small ops dominate.
-_NATIVE_MIN_NUMEL = {"reduce": 1 << 17, "rows": 1 << 12}
+# composite's many small ops dominate. Where the groups are contiguous runs (offsets), also
+# from a number of rows: the composite's index_add / scatter_reduce pays per row, and the
+# kernel's fixed cost is 15-25 us called directly (nothing to differentiate), 100-200 us more
+# through an autograd.Function with its backward. Measured with tools/small_inputs.py
+# (docs/benchmarks.md, "Small inputs"), microseconds, composite against native:
+# - directly: a running maximum of [17, 8] 555 against 18, softmax 103 against 26; sum, mean
+#   and max of 4096 rows x 8 100-240 against 26-28, but of 256 rows x 8 the sum 11 against 23;
+# - with a gradient: scans of [17, 8] 450-780 against 170-250, max / var of 4096 rows x 8
+#   660-810 against 230-400 (sum and mean level), softmax and logsumexp of [17, 8] level.
+# A scan's native kernel pays at every size ("scan": only where it runs).
+_NATIVE_MIN_NUMEL = {"reduce": 1 << 17, "rows": 1 << 12, "scan": 0}
+_NATIVE_MIN_ROWS = {"reduce": 4096, "rows": 1 << 62, "scan": 0}  # through the Function
+_DIRECT_MIN_ROWS = {"reduce": 1024, "rows": 0, "scan": 0}  # called directly
 _CHUNK_BYTES = 16 << 20
 _LONG_ROWS = 512  # eager composite sums of more rows accumulate float32 in float64
 
@@ -80,11 +91,14 @@ class Segments:
     offsets: Tensor | None = None
 
 
-def use_fast_path(values: Tensor, kind: str = "reduce") -> bool:
+def use_fast_path(values: Tensor, kind: str = "reduce", offsets: Tensor | None = None) -> bool:
     """Whether to take the eager fast path for ``values`` (never while compiling).
 
-    ``kind`` is "reduce" (one output row per segment) or "rows" (one per row: softmax, scans,
-    and logsumexp, whose composite is as long), for the size from which the native kernels pay.
+    ``kind`` is "reduce" (one output row per segment), "rows" (one per row: softmax and
+    log-softmax, and logsumexp, whose composite is as long) or "scan" (a scan that the native
+    kernel computes), for the size from which the native kernels pay. Pass the groups'
+    ``offsets`` (``None`` where they are not contiguous runs of rows) to let smaller inputs
+    take the native kernels from a number of rows.
     """
     # Check compiling first: the size may be data-dependent (unbacked) inside a compiled graph.
     if torch.compiler.is_compiling():
@@ -92,7 +106,14 @@ def use_fast_path(values: Tensor, kind: str = "reduce") -> bool:
     numel = values.numel()
     if numel >= _FAST_MIN_NUMEL:
         return True
-    return numel >= _NATIVE_MIN_NUMEL[kind] and native.usable(values)
+    if not native.usable(values):
+        return False
+    if numel >= _NATIVE_MIN_NUMEL[kind]:
+        return True
+    if offsets is None:
+        return False
+    least = _NATIVE_MIN_ROWS if native.differentiable(values) else _DIRECT_MIN_ROWS
+    return values.shape[0] >= least[kind]
 
 
 def _native_rows(values: Tensor, offsets: Tensor | None, *others: Tensor | None) -> bool:
@@ -169,16 +190,17 @@ def segment_sum(values: Tensor, segments: Segments) -> Tensor:
     >>> segment_sum(torch.tensor([1.0, 2.0, 3.0]), Segments(ids, 3, torch.tensor([2, 0, 1])))
     tensor([3., 0., 3.])
     """
-    if use_fast_path(values):
+    if use_fast_path(values, "reduce", segments.offsets):
         if (offsets := _direct(values, segments.offsets)) is not None:
             return native.segment_sum(values, offsets)
         return _SegmentSum.apply(values, segments.ids, segments.num, segments.offsets)
     acc = values.dtype
     if torch.compiler.is_compiling() or values.shape[0] > _LONG_ROWS:
         acc = _accumulator(values)
-    zeros = values.new_zeros((segments.num, *values.shape[1:]), dtype=acc)
-    if acc == values.dtype:  # two no-op .to() calls are a third of a tiny sum's time
-        return zeros.index_add(0, segments.ids, values)
+    shape = (segments.num, *values.shape[1:])
+    if acc == values.dtype:  # no-op .to() calls and a dtype argument: half a tiny sum's time
+        return values.new_zeros(shape).index_add(0, segments.ids, values)
+    zeros = values.new_zeros(shape, dtype=acc)
     return zeros.index_add(0, segments.ids, values.to(acc)).to(values.dtype)
 
 
@@ -192,8 +214,9 @@ def segment_mean(values: Tensor, segments: Segments) -> Tensor:
     >>> segment_mean(torch.tensor([1.0, 2.0, 3.0]), s)
     tensor([1.5000,    nan, 3.0000])
     """
-    if use_fast_path(values) and (offsets := _direct(values, segments.offsets)) is not None:
-        return native.segment_sum(values, offsets, mean=True)
+    if use_fast_path(values, "reduce", segments.offsets):
+        if (offsets := _direct(values, segments.offsets)) is not None:
+            return native.segment_sum(values, offsets, mean=True)
     # An empty group's (infinite) local derivative reaches no row: it has none.
     counts = segments.counts.view(-1, *[1] * (values.dim() - 1))
     return segment_sum(values, segments) / counts
@@ -219,7 +242,7 @@ class _SegmentSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         (ids,) = ctx.saved_tensors
-        return grad.index_select(0, ids), None, None, None
+        return gather_rows(grad, ids), None, None, None
 
     @staticmethod
     def jvp(ctx: Any, tangent: Tensor, *_: Any) -> Tensor:
@@ -259,7 +282,7 @@ def segment_amin(values: Tensor, segments: Segments, fill: float | int | bool) -
 
 
 def _extreme(values: Tensor, segments: Segments, fill: Any, largest: bool) -> Tensor:
-    if use_fast_path(values):
+    if use_fast_path(values, "reduce", segments.offsets):
         if (offsets := _direct(values, segments.offsets)) is not None:
             return native.segment_extreme(values, offsets, float(fill), largest)
         return _SegmentExtreme.apply(
@@ -334,6 +357,22 @@ def _tie_weights(values: Tensor, ids: Tensor, num: int, output: Tensor) -> Tenso
 
 
 # --- gathering back to rows -------------------------------------------------------------------
+
+
+def gather_rows(grad: Tensor, ids: Tensor) -> Tensor:
+    """An incoming gradient's rows ``grad[ids]``, for a backward pass.
+
+    ``index_select`` copies each row of a contiguous source at once but walks a strided or
+    expanded one element by element, and ``out.sum().backward()`` hands the backward an
+    expanded gradient (measured, one thread: 1.0 ms against 0.30 from ``[2048, 8]`` to 16384
+    rows). The gradient has one row per segment, so a contiguous copy of it is cheap.
+
+    >>> gather_rows(torch.ones(1, 2).expand(2, 2), torch.tensor([0, 0, 1]))
+    tensor([[1., 1.],
+            [1., 1.],
+            [1., 1.]])
+    """
+    return grad.contiguous().index_select(0, ids)
 
 
 def gather(per_segment: Tensor, segments: Segments) -> Tensor:

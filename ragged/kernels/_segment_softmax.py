@@ -24,6 +24,7 @@ from ._segment import (
     _rows_first,
     _sum_out_of_place,
     gather,
+    gather_rows,
     segment_amax,
     segment_sum,
     use_fast_path,
@@ -50,7 +51,7 @@ def segment_softmax(values: Tensor, segments: Segments, *, log: bool = False) ->
     >>> segment_softmax(torch.tensor([0.0, 0.0, 5.0]), s)
     tensor([0.5000, 0.5000, 1.0000])
     """
-    if use_fast_path(values, "rows") and values.is_floating_point():
+    if use_fast_path(values, "rows", segments.offsets) and values.is_floating_point():
         if (offsets := _direct(values, segments.offsets)) is not None:
             return native.segment_softmax(values, offsets, log)
         return _SegmentSoftmax.apply(values, segments.ids, segments.counts, segments.offsets, log)
@@ -157,7 +158,7 @@ def segment_logsumexp(values: Tensor, segments: Segments) -> Tensor:
     >>> segment_logsumexp(torch.tensor([0.0, 0.0, 5.0]), s)
     tensor([0.6931,   -inf, 5.0000])
     """
-    if use_fast_path(values, "rows") and values.is_floating_point():
+    if use_fast_path(values, "rows", segments.offsets) and values.is_floating_point():
         if (offsets := _direct(values, segments.offsets)) is not None:
             return native.segment_logsumexp(values, offsets)
         return _SegmentLogsumexp.apply(values, segments.ids, segments.counts, segments.offsets)
@@ -191,13 +192,13 @@ class _SegmentLogsumexp(torch.autograd.Function):
         none = (None,) * 3
         if torch.is_grad_enabled():  # double backward: build the graph from composite ops
             weights = (values - output.index_select(0, ids)).exp()
-            return weights * grad.index_select(0, ids), *none
+            return weights * gather_rows(grad, ids), *none
         values, output = values.detach(), output.detach()
         if _native_rows(values, ctx.offsets, output, grad):
             return native.segment_logsumexp_backward(values, ctx.offsets, output, grad), *none
         # d lse / d x = softmax(x): scale the gathered gradient in place, chunk by chunk. The
         # buffer derives from `grad`, so this also runs batched (vmap over gradients).
-        result = grad.index_select(0, ids)
+        result = gather_rows(grad, ids)
         for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
             weights = (values[part] - output.index_select(0, ids[part])).exp_()
             result[part].mul_(weights)

@@ -20,6 +20,7 @@ from ._segment import (
     _native_rows,
     _rows_first,
     gather,
+    gather_rows,
     segment_sum,
     use_fast_path,
 )
@@ -35,7 +36,7 @@ def segment_var(values: Tensor, segments: Segments, correction: int | float) -> 
     >>> segment_var(torch.tensor([1.0, 3.0, 2.0]), s, 0)
     tensor([1., nan, 0.])
     """
-    if use_fast_path(values) and _native_rows(values, segments.offsets):
+    if use_fast_path(values, "reduce", segments.offsets) and _native_rows(values, segments.offsets):
         if (offsets := _direct(values, segments.offsets)) is not None:
             _, squares = native.segment_moments(values, offsets)
             return _per_dof(squares, _counts_like(segments.counts, values), correction)
@@ -165,7 +166,7 @@ class _SegmentProd(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         values, ids, output = ctx.saved_tensors
         others = _prod_of_others(values, ids, ctx.num, output)
-        return grad.index_select(0, ids) * others, None, None
+        return gather_rows(grad, ids) * others, None, None
 
     @staticmethod
     def vmap(info: Any, in_dims: Any, values: Tensor, ids: Tensor, num: int) -> Any:
