@@ -214,9 +214,11 @@ def segment_mean(values: Tensor, segments: Segments) -> Tensor:
     >>> segment_mean(torch.tensor([1.0, 2.0, 3.0]), s)
     tensor([1.5000,    nan, 3.0000])
     """
-    if use_fast_path(values, "reduce", segments.offsets):
-        if (offsets := _direct(values, segments.offsets)) is not None:
-            return native.segment_sum(values, offsets, mean=True)
+    if (
+        use_fast_path(values, "reduce", segments.offsets)
+        and (offsets := _direct(values, segments.offsets)) is not None
+    ):
+        return native.segment_sum(values, offsets, mean=True)
     # An empty group's (infinite) local derivative reaches no row: it has none.
     counts = segments.counts.view(-1, *[1] * (values.dim() - 1))
     return segment_sum(values, segments) / counts
