@@ -122,6 +122,8 @@ def test_small_inputs_take_the_native_kernels_where_they_pay():
     """The dispatch below the size thresholds (measured by tools/small_inputs.py)."""
     if _native.library() is None:
         pytest.skip("no C compiler here: the native kernels cannot be built")
+    for kind in _segment._NATIVE_MIN_NUMEL:  # use_fast_path's early exit relies on it
+        assert _segment._DIRECT_MIN_ROWS[kind] <= _segment._NATIVE_MIN_ROWS[kind]
     fast = _segment.use_fast_path
     tiny, tiny_offsets = torch.randn(17, 8), torch.tensor([0, 3, 11, 12, 17])
     assert fast(tiny, "rows", tiny_offsets)  # softmax, log-softmax, logsumexp: every size

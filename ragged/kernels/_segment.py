@@ -106,14 +106,14 @@ def use_fast_path(values: Tensor, kind: str = "reduce", offsets: Tensor | None =
     numel = values.numel()
     if numel >= _FAST_MIN_NUMEL:
         return True
-    if not native.usable(values):
-        return False
     if numel >= _NATIVE_MIN_NUMEL[kind]:
-        return True
-    if offsets is None:
+        return native.usable(values)
+    # Fewer rows than either table asks for (the direct one asks for no more): the composite,
+    # decided before the checks of usable() and differentiable() (a microsecond on tiny calls).
+    rows = values.shape[0]
+    if offsets is None or rows < _DIRECT_MIN_ROWS[kind] or not native.usable(values):
         return False
-    least = _NATIVE_MIN_ROWS if native.differentiable(values) else _DIRECT_MIN_ROWS
-    return values.shape[0] >= least[kind]
+    return rows >= (_NATIVE_MIN_ROWS if native.differentiable(values) else _DIRECT_MIN_ROWS)[kind]
 
 
 def _native_rows(values: Tensor, offsets: Tensor | None, *others: Tensor | None) -> bool:
