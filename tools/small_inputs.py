@@ -12,15 +12,20 @@ Run it on two checkouts to compare their dispatch.
 
 import argparse
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 import ragged
 from ragged.bench import pin_cpu
-from ragged.kernels import _segment
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.paths
+from tests.paths import use_path
 
 OPS: dict[str, Callable[[Any], Any]] = {
     "sum": lambda x: ragged.sum(x, axis=1),
@@ -46,19 +51,11 @@ INPUTS = [
 
 @contextlib.contextmanager
 def forced(path: str) -> Iterator[None]:
-    """Route the segment kernels through ``path`` ("composite" or "native") inside the block."""
-    names = ("_FAST_MIN_NUMEL", "_NATIVE_MIN_NUMEL", "_NATIVE_MIN_ROWS", "_DIRECT_MIN_ROWS")
-    saved = {n: getattr(_segment, n) for n in names if hasattr(_segment, n)}
-    smallest = 1 << 62 if path == "composite" else 0
-    for name, value in saved.items():
-        setattr(
-            _segment, name, dict.fromkeys(value, smallest) if isinstance(value, dict) else smallest
-        )
-    try:
+    """Route the segment kernels through ``path`` ("composite" or "native") inside the block,
+    as the tests force them (``tests/paths.py``, this checkout's own thresholds)."""
+    with pytest.MonkeyPatch.context() as patch:
+        use_path(path, patch)
         yield
-    finally:
-        for name, value in saved.items():
-            setattr(_segment, name, value)
 
 
 def per_call(fn: Callable[[], Any], number: int, repeat: int = 7) -> float:

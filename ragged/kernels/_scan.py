@@ -440,11 +440,10 @@ def scan_rows(
     (``method`` picks its block prefixes, see :func:`layout`). Running extrema route their
     gradient to the element ``torch.cummax`` would name.
     """
-    if use_fast_path(values, "scan") and _native_scan(m.name, values):
-        if not native.differentiable(values):
-            return native.segment_scan(values, level.offsets, m.name, reverse, exclusive)
-        return _SegmentScan.apply(values, level, max_length, m.name, reverse, exclusive)
-    if use_fast_path(values, "rows"):
+    native_scan = use_fast_path(values, "scan") and _native_scan(m.name, values)
+    if native_scan and not native.differentiable(values):
+        return native.segment_scan(values, level.offsets, m.name, reverse, exclusive)
+    if native_scan or use_fast_path(values, "rows"):
         return _SegmentScan.apply(values, level, max_length, m.name, reverse, exclusive)
     return _composite(m, values, level, max_length, reverse, exclusive, method)
 
