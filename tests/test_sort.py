@@ -4,6 +4,8 @@ zeros, partition identity and static metadata, gradients, vmap and compile."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from hypothesis import given
@@ -40,6 +42,18 @@ def _tied(dtype: torch.dtype, shape: tuple[int, ...], gen: torch.Generator) -> t
     return v
 
 
+def _assert_sorts_like_torch(x: ragged.RaggedArray, descending: bool) -> None:
+    values = ragged.sort(x, descending=descending)
+    positions = ragged.argsort(x, descending=descending)
+    for segment, got, order in zip(x.unbind(), values.unbind(), positions.unbind(), strict=True):
+        expected = torch.sort(segment, dim=0, descending=descending, stable=True)
+        assert torch.equal(order, expected.indices)
+        # bitwise: a sorted -0.0 stays -0.0 (values are gathered, never rebuilt from keys)
+        assert torch.equal(
+            got.reshape(-1).view(torch.uint8), expected.values.reshape(-1).view(torch.uint8)
+        )
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("inner", [(), (3,), (2, 2)], ids=str)
 @pytest.mark.parametrize("descending", [False, True])
@@ -49,15 +63,44 @@ def test_stable_order_matches_torch_sort(
     gen = torch.Generator().manual_seed(0)
     lengths = [5, 0, 13, 1, 30, 0, 2]
     x = ragged.from_lengths(_tied(dtype, (sum(lengths), *inner), gen), lengths)
-    values = ragged.sort(x, descending=descending)
-    positions = ragged.argsort(x, descending=descending)
-    for segment, got, order in zip(x.unbind(), values.unbind(), positions.unbind(), strict=True):
-        expected = torch.sort(segment, dim=0, descending=descending, stable=True)
-        assert torch.equal(order, expected.indices)
-        # bitwise: a sorted -0.0 stays -0.0 (values are gathered, never rebuilt from keys)
-        assert torch.equal(
-            got.view(-1).view(torch.uint8), expected.values.view(-1).view(torch.uint8)
-        )
+    _assert_sorts_like_torch(x, descending)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64], ids=str)
+@pytest.mark.parametrize("descending", [False, True])
+def test_large_batches_sort_range_by_range(
+    dtype: torch.dtype, descending: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Batches of more than _SORT_CHUNK rows sort in ranges of whole segments (through warm
+    # buffers, into a row-major permutation); a small chunk takes that path on a small batch.
+    monkeypatch.setattr(_sort, "_SORT_CHUNK", 8)
+    gen = torch.Generator().manual_seed(1)
+    lengths = [5, 0, 13, 1, 30, 0, 2, 7, 9, 0]
+    x = ragged.from_lengths(_tied(dtype, (sum(lengths), 2, 3), gen), lengths)
+    level = x.partition.levels[0]
+    ranges = _sort._row_ranges(x.values, level.row_ids)
+    assert len(ranges) > 3 and ranges[0][0] == 0 and ranges[-1][1] == sum(lengths)
+    for (_, stop), (start, _) in itertools.pairwise(ranges):
+        assert stop == start and level.row_ids[start - 1] != level.row_ids[start]  # no cut segment
+    _assert_sorts_like_torch(x, descending)
+    _assert_sorts_like_torch(x.with_values(x.values.transpose(1, 2)), descending)  # strided
+    if dtype.is_floating_point:  # vmap (its wrappers sort in one range)
+        batch = torch.stack([x.values, x.values.flip(0)])
+        got = torch.func.vmap(lambda v: ragged.sort(x.with_values(v), descending=descending).values)
+        for v, out in zip(batch, got(batch), strict=True):
+            want = ragged.sort(x.with_values(v), descending=descending).values
+            torch.testing.assert_close(out, want, rtol=0, atol=0, equal_nan=True)
+
+
+def test_range_by_range_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_sort, "_SORT_CHUNK", 4)
+    lengths = [3, 0, 6, 1, 5]
+    values = torch.randn(sum(lengths), 2, dtype=torch.float64, requires_grad=True)
+
+    def fn(v: torch.Tensor) -> torch.Tensor:
+        return ragged.sort(ragged.from_lengths(v, lengths), descending=True).values
+
+    assert torch.autograd.gradcheck(fn, (values,))
 
 
 def test_nan_and_signed_zero_order() -> None:
