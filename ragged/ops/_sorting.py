@@ -49,7 +49,7 @@ from .._errors import Func, type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import op
 from .._versions import check_unchanged
-from ..kernels._native import plain
+from ..kernels._native import differentiable, plain
 from ..kernels._segment import Segments, segment_sum
 from ._grouping import group, positions_along
 from ._indexing._axis import slice_plan
@@ -116,10 +116,9 @@ def _argsort_rows(
     shape: tuple[int, int],
     span: int,
     out: Tensor | None = None,
-    shift: int = 0,
 ) -> Tensor:
-    """Stable argsort of every row of an int64 key matrix of ``shape`` ``[C, n]``, plus
-    ``shift``, written to ``out`` if given.
+    """Stable argsort of every row of an int64 key matrix of ``shape`` ``[C, n]`` (into
+    ``out`` if given).
 
     ``keys(start, stop)`` builds rows ``start:stop`` of the keys, each in ``[0, span)``; they are
     built chunk by chunk, so that no key matrix is ever allocated whole. Eagerly, rows are
@@ -130,7 +129,7 @@ def _argsort_rows(
     rows, n = shape
     if torch.compiler.is_compiling() or rows * n == 0:
         order = torch.argsort(keys(0, rows), dim=1, stable=True)
-        return order if out is None and shift == 0 else torch.add(order, shift, out=out)
+        return order if out is None else out.copy_(order)
     per = max(1, min(rows, _SORT_CHUNK // n))
     if per * span >= 1 << 62:
         per = 1
@@ -138,14 +137,13 @@ def _argsort_rows(
     chunks = (_sort_chunk(keys(start, min(start + per, rows)), span) for start in starts)
     if out is None:  # functorch wrappers too: no out= (vmap has no rule for it)
         parts = [order if lift is None else order.sub_(lift * n) for order, lift in chunks]
-        order = parts[0] if len(parts) == 1 else torch.cat(parts)
-        return order if shift == 0 else order.add_(shift)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
     for start, (order, lift) in zip(starts, chunks, strict=True):
         dest = out[start : start + order.shape[0]]
         if lift is None:
-            torch.add(order, shift, out=dest)
+            dest.copy_(order)
         else:
-            torch.sub(order, lift * n - shift, out=dest)
+            torch.sub(order, lift * n, out=dest)
     return out
 
 
@@ -173,31 +171,77 @@ def segment_order(values: Tensor, row_ids: Tensor, num: int, descending: bool) -
         int64 ``[total, C]``: column ``c`` of the result lists the rows of ``values`` in the
         order that sorts column ``c`` within every segment (segments stay in place).
     """
-    columns = values.detach()
-    base = (row_ids << 32) + _HALF
-    span = max(num, 1) << 32
-    wide = _WIDTH[values.dtype] > 32
     ranges = _row_ranges(values, row_ids)
-    if len(ranges) == 1:
-        # Columns first and contiguous: every elementwise step streams, and each column's
-        # keys are one contiguous 1-D run for the radix sort.
-        return _order_rows(_signed_rank(columns.t(), descending), base, span, wide).t()
-    # Range by range into warm buffers (a fresh tensor is page-faulted in), each viewed as
-    # one contiguous [C, rows] block (torch transposes those a block at a time), and the
-    # positions written row-major: gathering the sorted values, and scattering their
-    # gradient back, with a transposed index take twice as long.
-    size = values.shape[1] * max(b - a for a, b in ranges)
-    ranks = torch.empty(size, dtype=values.dtype, device=values.device)
-    positions = torch.empty(size, dtype=torch.int64, device=values.device)
-    order = torch.empty(values.shape, dtype=torch.int64, device=values.device)
+    if len(ranges) > 1:
+        return _by_ranges(values, row_ids, num, descending, ranges, gather=False)
+    # Columns first and contiguous: every elementwise step streams, and each column's keys
+    # are one contiguous 1-D run for the radix sort.
+    rank = _signed_rank(values.detach().t(), descending)
+    return _order_rows(rank, _segment_base(row_ids), _span(num), _wide(values)).t()
+
+
+def segment_sorted(values: Tensor, row_ids: Tensor, num: int, descending: bool) -> Tensor:
+    """``values.gather(0, segment_order(values, ...))``: every column of ``values`` sorted
+    within segments, for values with no gradient to record. A large batch is gathered range by
+    range and never holds the ``[total, C]`` int64 permutation (twice the values' bytes)."""
+    ranges = _row_ranges(values, row_ids)
+    if len(ranges) > 1 and not differentiable(values):
+        return _by_ranges(values, row_ids, num, descending, ranges, gather=True)
+    return _take(values, segment_order(values, row_ids, num, descending))
+
+
+def _segment_base(row_ids: Tensor) -> Tensor:
+    return (row_ids << 32) + _HALF  # segment * 2**32, and 2**31 to lift signed ranks to >= 0
+
+
+def _span(num: int) -> int:
+    return max(num, 1) << 32
+
+
+def _wide(values: Tensor) -> bool:
+    return _WIDTH[values.dtype] > 32
+
+
+def _by_ranges(
+    values: Tensor,
+    row_ids: Tensor,
+    num: int,
+    descending: bool,
+    ranges: list[tuple[int, int]],
+    gather: bool,
+) -> Tensor:
+    """:func:`segment_order` range by range (``gather``: :func:`segment_sorted`'s values).
+
+    Each range goes through warm buffers (a fresh tensor is page-faulted in), viewed as one
+    contiguous ``[C, rows]`` block (torch transposes those a block at a time), and the
+    positions come out row-major: gathering the sorted values, and scattering their gradient
+    back, take twice as long with a transposed index.
+    """
+    columns, base, span, wide = values.detach(), _segment_base(row_ids), _span(num), _wide(values)
+    width, device = values.shape[1], values.device
+    size = width * max(b - a for a, b in ranges)
+    ranks = torch.empty(size, dtype=values.dtype, device=device)
+    positions = torch.empty(size, dtype=torch.int64, device=device)
+    if gather:
+        local = torch.empty(size, dtype=torch.int64, device=device)
+        out = torch.empty(values.shape, dtype=values.dtype, device=device)
+    else:
+        out = torch.empty(values.shape, dtype=torch.int64, device=device)
     for start, stop in ranges:
-        shape = (values.shape[1], stop - start)
-        rank = ranks[: math.prod(shape)].view(shape)
-        rank = _signed_rank(columns[start:stop].t(), descending, rank)
-        part = positions[: math.prod(shape)].view(shape)
-        _order_rows(rank, base[start:stop], span, wide, part, start)
-        order[start:stop].copy_(part.t())
-    return order
+        shape = (width, stop - start)
+        rank = _signed_rank(columns[start:stop].t(), descending, _block(ranks, shape))
+        part = _order_rows(rank, base[start:stop], span, wide, _block(positions, shape))
+        if gather:
+            index = _block(local, shape[::-1]).copy_(part.t())
+            torch.gather(columns[start:stop], 0, index, out=out[start:stop])
+        else:
+            torch.add(part.t(), start, out=out[start:stop])
+    return out
+
+
+def _block(buffer: Tensor, shape: tuple[int, int]) -> Tensor:
+    """The first ``shape[0] * shape[1]`` elements of 1-D ``buffer`` as a contiguous matrix."""
+    return buffer[: shape[0] * shape[1]].view(shape)
 
 
 def _row_ranges(values: Tensor, row_ids: Tensor) -> list[tuple[int, int]]:
@@ -219,15 +263,15 @@ def _row_ranges(values: Tensor, row_ids: Tensor) -> list[tuple[int, int]]:
 
 
 def _order_rows(
-    rank: Tensor, base: Tensor, span: int, wide: bool, out: Tensor | None = None, shift: int = 0
+    rank: Tensor, base: Tensor, span: int, wide: bool, out: Tensor | None = None
 ) -> Tensor:
-    """``[C, n]`` positions (within these ``n`` rows, plus ``shift``; into ``out`` if given)
-    that sort each row of ``rank`` by the segment ``base`` of each position, stably; see
+    """``[C, n]`` positions (within these ``n`` rows; into ``out`` if given) that sort each
+    row of ``rank`` by the segment ``base`` of each position, stably; see
     :func:`segment_order`."""
     shape = (rank.shape[0], rank.shape[1])
     if not wide:
         # One sort of segment * 2**32 + (rank + 2**31): segments never overlap.
-        return _argsort_rows(lambda a, b: base + rank[a:b], shape, span, out, shift)
+        return _argsort_rows(lambda a, b: base + rank[a:b], shape, span, out)
     # 64-bit ranks do not fit next to the segment: two stable sorts (LSD order), by the low
     # half of the rank, then by segment and high half.
     order = _argsort_rows(lambda a, b: rank[a:b] & _LOW32, shape, 1 << 32)
@@ -237,9 +281,9 @@ def _order_rows(
         return base[rows] + (rank[a:b] >> 32).gather(1, rows)
 
     by_segment = _argsort_rows(by_segment_and_high, shape, span)
-    if out is None and shift == 0:
-        return order.gather(1, by_segment)
-    return torch.add(order.gather(1, by_segment), shift, out=out)
+    return (
+        order.gather(1, by_segment) if out is None else torch.gather(order, 1, by_segment, out=out)
+    )
 
 
 def _columns(values: Tensor) -> Tensor:
@@ -355,6 +399,10 @@ def sort(
     if dim > x.ragged_ndim:
         out = torch.sort(x.values, dim=dim - x.ragged_ndim, descending=descending, stable=True)
         return x.with_values(out.values)
+    if dim == x.ragged_ndim:
+        level = x.partition.levels[-1]
+        picked = segment_sorted(_columns(x.values), level.row_ids, level.num_rows, descending)
+        return x.with_values(picked.reshape(x.values.shape))
     return x.with_values(_take(x.values, _ragged_perm(x, dim, descending)))
 
 
