@@ -19,11 +19,10 @@ segment and the high half). The keys are 1-D int64 runs, which torch sorts with 
 measured here on ``[2**18, 16]`` float32 values in 2048 segments, 104 ms against 188 ms for one
 2-D sort of the same keys and 1980 ms for two stable ``torch.sort`` calls (by value, then by
 segment). Batches of more than ``2**17`` rows (on the CPU, eagerly) sort in ranges of whole
-segments of about that many rows, so that every sort stays in cache, through warm buffers, into a
-row-major permutation: on ``[2**20, 64]`` float32 values in 8192 segments sort took 4.9 s in one
-range (0.72x a per-segment ``torch.sort`` loop), 2.5 s in ranges (1.39x; forward and backward
-0.72x -> 1.24x). ``topk`` and ``unique_consecutive`` along the ragged axis read the output's
-size once (it depends on the data).
+segments of about that many rows, so that every sort stays in cache, through warm buffers, and
+``sort`` with nothing to differentiate gathers each range's values without holding the whole
+permutation (docs/semantics.md has the measurements). ``topk`` and ``unique_consecutive`` along
+the ragged axis read the output's size once (it depends on the data).
 
 >>> import ragged
 >>> x = ragged.array([[3.0, 1.0, 2.0], [], [5.0, 4.0]])
