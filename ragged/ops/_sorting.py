@@ -157,7 +157,13 @@ def _sort_chunk(chunk: Tensor, span: int) -> tuple[Tensor, Tensor | None]:
     return order.view(chunk.shape), lift
 
 
-def segment_order(values: Tensor, row_ids: Tensor, num: int, descending: bool) -> Tensor:
+def segment_order(
+    values: Tensor,
+    row_ids: Tensor,
+    num: int,
+    descending: bool,
+    row_starts: Tensor | None = None,
+) -> Tensor:
     """Row permutation that sorts each column of ``values`` within segments, stably.
 
     Args:
@@ -165,18 +171,22 @@ def segment_order(values: Tensor, row_ids: Tensor, num: int, descending: bool) -
         row_ids: the sorted segment id of each row, ``[total]``.
         num: number of segments.
         descending: sort each segment from the largest value down.
+        row_starts: the first row of each row's segment, ``[total]``; given, the result
+            holds positions within segments (the rows minus ``row_starts[:, None]``).
 
     Returns:
-        int64 ``[total, C]``: column ``c`` of the result lists the rows of ``values`` in the
-        order that sorts column ``c`` within every segment (segments stay in place).
+        int64 ``[total, C]``: column ``c`` of the result lists the rows of ``values`` (or
+        their positions) in the order that sorts column ``c`` within every segment (segments
+        stay in place).
     """
     ranges = _row_ranges(values, row_ids)
     if len(ranges) > 1:
-        return _by_ranges(values, row_ids, num, descending, ranges, gather=False)
+        return _by_ranges(values, row_ids, num, descending, ranges, row_starts=row_starts)
     # Columns first and contiguous: every elementwise step streams, and each column's keys
     # are one contiguous 1-D run for the radix sort.
     rank = _signed_rank(values.detach().t(), descending)
-    return _order_rows(rank, _segment_base(row_ids), _span(num), _wide(values)).t()
+    order = _order_rows(rank, _segment_base(row_ids), _span(num), _wide(values)).t()
+    return order if row_starts is None else order.sub_(row_starts.unsqueeze(1))  # fresh
 
 
 def segment_sorted(values: Tensor, row_ids: Tensor, num: int, descending: bool) -> Tensor:
@@ -207,7 +217,8 @@ def _by_ranges(
     num: int,
     descending: bool,
     ranges: list[tuple[int, int]],
-    gather: bool,
+    gather: bool = False,
+    row_starts: Tensor | None = None,
 ) -> Tensor:
     """:func:`segment_order` range by range (``gather``: :func:`segment_sorted`'s values).
 
@@ -233,8 +244,11 @@ def _by_ranges(
         if gather:
             index = _block(local, shape[::-1]).copy_(part.t())
             torch.gather(columns[start:stop], 0, index, out=out[start:stop])
-        else:
+        elif row_starts is None:
             torch.add(part.t(), start, out=out[start:stop])
+        else:  # positions within segments: part counts rows from the range's start
+            shift = (row_starts[start:stop] - start).unsqueeze(1)
+            torch.sub(part.t(), shift, out=out[start:stop])
     return out
 
 
@@ -443,6 +457,12 @@ def argsort(
     if dim > x.ragged_ndim:
         order = torch.argsort(x.values, dim=dim - x.ragged_ndim, descending=descending, stable=True)
         return x.with_values(order)
+    if dim == x.ragged_ndim:  # positions straight from the sort: no permutation first
+        level = x.partition.levels[-1]
+        starts = level.offsets.index_select(0, level.row_ids)
+        columns = _columns(x.values)
+        order = segment_order(columns, level.row_ids, level.num_rows, descending, starts)
+        return x.with_values(order.reshape(x.values.shape))
     return x.with_values(_ragged_positions(x, dim, _ragged_perm(x, dim, descending)))
 
 
