@@ -180,13 +180,7 @@ def segment_order(
         stay in place).
     """
     ranges = _row_ranges(values, row_ids)
-    if len(ranges) > 1:
-        return _by_ranges(values, row_ids, num, descending, ranges, row_starts=row_starts)
-    # Columns first and contiguous: every elementwise step streams, and each column's keys
-    # are one contiguous 1-D run for the radix sort.
-    rank = _signed_rank(values.detach().t(), descending)
-    order = _order_rows(rank, _segment_base(row_ids), _span(num), _wide(values)).t()
-    return order if row_starts is None else order.sub_(row_starts.unsqueeze(1))  # fresh
+    return _order(values, row_ids, num, descending, ranges, row_starts)
 
 
 def segment_sorted(values: Tensor, row_ids: Tensor, num: int, descending: bool) -> Tensor:
@@ -196,7 +190,25 @@ def segment_sorted(values: Tensor, row_ids: Tensor, num: int, descending: bool) 
     ranges = _row_ranges(values, row_ids)
     if len(ranges) > 1 and not differentiable(values):
         return _by_ranges(values, row_ids, num, descending, ranges, gather=True)
-    return _take(values, segment_order(values, row_ids, num, descending))
+    return _take(values, _order(values, row_ids, num, descending, ranges))
+
+
+def _order(
+    values: Tensor,
+    row_ids: Tensor,
+    num: int,
+    descending: bool,
+    ranges: list[tuple[int, int]],
+    row_starts: Tensor | None = None,
+) -> Tensor:
+    """:func:`segment_order` over the row ``ranges`` of :func:`_row_ranges`."""
+    if len(ranges) > 1:
+        return _by_ranges(values, row_ids, num, descending, ranges, row_starts=row_starts)
+    # Columns first and contiguous: every elementwise step streams, and each column's keys
+    # are one contiguous 1-D run for the radix sort.
+    rank = _signed_rank(values.detach().t(), descending)
+    order = _order_rows(rank, _segment_base(row_ids), _span(num), _wide(values)).t()
+    return order if row_starts is None else order.sub_(row_starts.unsqueeze(1))  # fresh
 
 
 def _segment_base(row_ids: Tensor) -> Tensor:
