@@ -29,7 +29,8 @@
 #                of the full-size suites; each suite prints every op's times as it goes, so the
 #                log keeps what a step cut short had measured).
 #   VENV         the venv to create or reuse (default: .venv-gpu in the repository).
-#   PYTHON       the interpreter that makes the venv (default: python3).
+#   PYTHON       the interpreter that makes the venv, or with --system-torch runs everything
+#                (default: python3).
 #   TORCH_SPEC   the torch requirement (default: torch==2.13.0, the version the CPU suite and
 #                ragged's calls into torch's private attention ops were written against).
 #   TORCH_INDEX  a pip index for torch (default: none, i.e. PyPI). PyPI's Linux x86-64 wheel of
@@ -227,8 +228,8 @@ step "python -m ragged.bench --device $device --quick (ops, encoder)" $((150 + 1
 say ""
 say "gpu_check: $((SECONDS - start)) s; results in $out (gpu_check.log, env.txt, tests.xml, ops-*.json, encoder.json)"
 if [ "${#failed[@]}" != 0 ] || [ "${#skipped[@]}" != 0 ]; then
-    [ "${#failed[@]}" != 0 ] && say "gpu_check: FAILED: ${failed[*]}"
-    [ "${#skipped[@]}" != 0 ] && say "gpu_check: not run (budget): ${skipped[*]}"
+    for name in "${failed[@]}"; do say "gpu_check: FAILED: $name"; done
+    for name in "${skipped[@]}"; do say "gpu_check: not run (budget): $name"; done
     exit 1
 fi
 say "gpu_check: passed"

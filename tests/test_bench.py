@@ -424,6 +424,9 @@ def test_gpu_check_script_is_valid_bash_and_explains_itself():
     assert usage.returncode == 0 and "--dry-run" in usage.stdout and "TORCH_INDEX" in usage.stdout
     wrong = subprocess.run(["bash", str(script), "--nope"], capture_output=True, text=True)
     assert wrong.returncode == 2 and "unknown argument" in wrong.stderr
+    for args in (["--wheels"], ["--wheels", str(ROOT / "no such folder")]):
+        nowhere = subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
+        assert nowhere.returncode == 2 and "--wheels takes a folder" in nowhere.stderr
 
 
 def test_a_suite_run_alone_keeps_the_other_rows_of_the_status_table():
