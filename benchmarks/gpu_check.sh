@@ -90,6 +90,10 @@ python="${PYTHON:-python3}"
 torch_spec="${TORCH_SPEC:-torch==2.13.0}"
 torch_index="${TORCH_INDEX:-}"
 budget="${BUDGET:-480}"
+if ! [[ "$budget" =~ ^[0-9]+$ ]]; then
+    echo "gpu_check.sh: BUDGET takes whole seconds, got: $budget" >&2
+    exit 2
+fi
 mkdir -p "$out"
 log="$out/gpu_check.log"
 : >"$log"

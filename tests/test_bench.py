@@ -427,6 +427,9 @@ def test_gpu_check_script_is_valid_bash_and_explains_itself():
     for args in (["--wheels"], ["--wheels", str(ROOT / "no such folder")]):
         nowhere = subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
         assert nowhere.returncode == 2 and "--wheels takes a folder" in nowhere.stderr
+    env = {**os.environ, "BUDGET": "8 minutes"}
+    vague = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+    assert vague.returncode == 2 and "BUDGET takes whole seconds" in vague.stderr
 
 
 def test_a_suite_run_alone_keeps_the_other_rows_of_the_status_table():
