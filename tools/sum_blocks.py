@@ -1,0 +1,160 @@
+"""The sum kernel's block size: speed against JAX and the copy floor, error against torch.
+
+Usage: ``python tools/sum_blocks.py [--blocks 16,32,64] [--rounds 101]`` from a checkout
+(a C compiler needed; JAX optional, its column is skipped without it).
+
+The native sum (``rg_add_rows`` in ``ragged/kernels/_native.c``) adds blocks of ``RG_BLOCK``
+rows in float32 and each block's sum into a float64 accumulator: the float64 adds buy the
+accuracy contract of docs/semantics.md ("Accuracy of long segments"), larger blocks make fewer
+of them. This builds the kernels once per block size (``_native_build``'s flags plus
+``-DRG_BLOCK=N``, into a temporary folder) and, on the data of ``benchmarks/ops.py`` (values
+``[2**20, 64]`` float32 in 8192 log-normal segments, one thread pinned to one CPU), prints:
+
+* speed: rounds of every block size, JAX's ``segment_sum`` (``jax.jit``, reading the same
+  tensor through DLPack) and a copy into a warm buffer, in alternating order; each variant's
+  median time and the median per-round ratio JAX / variant with its 95% interval
+  (``Timing.paired_interval``), and the copy floor (half the copy) / variant;
+* accuracy: the relative error against float64 of each block size and of ``torch.sum`` on
+  float32 segments of 16 to 10^6 rows (the data of ``tests/test_accuracy.py``).
+"""
+
+import argparse
+import ctypes
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ragged.bench import compare, pin_cpu
+from ragged.kernels import _native_build
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks.ops
+from benchmarks.ops import MAX_OVER_MEAN, import_jax, lognormal_lengths, shared
+
+ROWS, SEGMENTS, WIDTH = 1 << 20, 8192, 64
+ACCURACY_LENGTHS = (16, 64, 128, 1000, 10**6)
+Sum = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def build(block: int, folder: Path) -> Sum:
+    """The float32 segment sum of ``_native.c`` compiled with ``RG_BLOCK = block``."""
+    compiler = _native_build._compiler()
+    if compiler is None:
+        sys.exit("sum_blocks.py: no C compiler ($CC, cc, gcc or clang)")
+    target = folder / f"sum_{block}.so"
+    flags = [*_native_build._FLAGS, *_native_build._NATIVE_FLAGS, f"-DRG_BLOCK={block}"]
+    cmd = [compiler, *flags, str(_native_build._SOURCE), "-o", str(target), "-lm"]
+    subprocess.run(cmd, check=True)
+    lib = ctypes.CDLL(str(target))
+    _native_build._declare(lib)
+    kernel = lib.rg_sum_f32
+
+    def segment_sum(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        num, width = offsets.numel() - 1, values.shape[1]
+        out = torch.empty(num, width)
+        code = kernel(
+            values.data_ptr(),
+            values.stride(0),
+            width,
+            offsets.data_ptr(),
+            num,
+            values.shape[0],
+            0,
+            out.data_ptr(),
+        )
+        assert code == 0, code
+        return out
+
+    return segment_sum
+
+
+def offsets_of(lengths: list[int]) -> torch.Tensor:
+    offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    offsets[1:] = torch.tensor(lengths).cumsum(0)
+    return offsets
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want).norm() / want.norm())
+
+
+def speed(sums: dict[int, Sum], rounds: int, jax: Any) -> None:
+    lengths = lognormal_lengths(SEGMENTS, ROWS, max_over_mean=MAX_OVER_MEAN, seed=0)
+    offsets = offsets_of(lengths)
+    values = torch.randn(ROWS, WIDTH, generator=torch.Generator().manual_seed(1))
+    buffer = torch.empty_like(values)
+    calls: dict[str, Callable[[], Any]] = {
+        f"{block}-row blocks": (lambda fn=fn: fn(values, offsets)) for block, fn in sums.items()
+    }
+    calls["copy"] = lambda: buffer.copy_(values)
+    if jax is not None:
+        ids = torch.repeat_interleave(torch.arange(SEGMENTS, dtype=torch.int32), offsets.diff())
+        ids_jax, values_jax = jax.numpy.asarray(ids.numpy()), shared(jax, values)
+        segment_sum = jax.jit(
+            lambda x: jax.ops.segment_sum(
+                x, ids_jax, num_segments=SEGMENTS, indices_are_sorted=True
+            )
+        )
+        calls["JAX segment_sum"] = lambda: jax.block_until_ready(segment_sum(values_jax))
+    times = compare(calls, repeat=rounds, alternate=True)
+    print(f"\nSpeed: [{ROWS}, {WIDTH}] float32, {SEGMENTS} segments, {rounds} rounds (ms: medians)")
+    print("| variant | ms | copy floor / variant | JAX / variant (95% interval) |")
+    print("|---|---|---|---|")
+    for name in calls:
+        if name == "copy" or name.startswith("JAX"):
+            continue
+        mine = times[name]
+        floor = mine.paired(times["copy"], "wall") / 2
+        jax_cell = "n/a (no JAX)"
+        if jax is not None:
+            low, high = mine.paired_interval(times["JAX segment_sum"], "wall")
+            ratio = mine.paired(times["JAX segment_sum"], "wall")
+            jax_cell = f"{ratio:.3f}x ({low:.3f}-{high:.3f})"
+        print(f"| {name} | {1e3 * mine.median('wall'):.2f} | {floor:.0%} | {jax_cell} |")
+    for name in ("copy", "JAX segment_sum"):
+        if name in times:
+            print(f"| {name} | {1e3 * times[name].median('wall'):.2f} | | |")
+
+
+def accuracy(sums: dict[int, Sum]) -> None:
+    gen = torch.Generator().manual_seed(0)
+    data = {  # the data of tests/test_accuracy.py
+        "uniform [0, 1)": torch.rand(10**6, 4, generator=gen),
+        "N(100, 1)": torch.randn(10**6, 4, generator=gen) + 100,
+    }
+    print("\nRelative error against float64 (float32 values, 4 columns)")
+    names = " | ".join(f"{block}-row blocks" for block in sums)
+    print(f"| values | segment length | torch.sum | {names} |")
+    print("|---" * (len(sums) + 3) + "|")
+    for kind, values in data.items():
+        for length in ACCURACY_LENGTHS:
+            num = values.shape[0] // length
+            segments = values[: num * length]
+            want = segments.double().view(num, length, 4).sum(1)
+            torch_error = relative_error(segments.view(num, length, 4).sum(1), want)
+            offsets = offsets_of([length] * num)
+            ours = [relative_error(fn(segments, offsets), want) for fn in sums.values()]
+            cells = " | ".join(f"{e:.1e}" for e in [torch_error, *ours])
+            print(f"| {kind} | {length} | {cells} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", default="16,32,64", help="comma-separated block sizes")
+    parser.add_argument("--rounds", type=int, default=101, help="head-to-head rounds")
+    args = parser.parse_args()
+    pin_cpu()
+    torch.set_num_threads(1)
+    jax = import_jax()
+    with tempfile.TemporaryDirectory() as folder:
+        sums = {int(b): build(int(b), Path(folder)) for b in args.blocks.split(",")}
+        accuracy(sums)
+        speed(sums, args.rounds, jax)
+
+
+if __name__ == "__main__":
+    main()
