@@ -449,3 +449,29 @@ def test_a_suite_run_alone_keeps_the_other_rows_of_the_status_table():
         "| `benchmarks/skew.py` | ok | 181 s | 2026-11-30 |",
         "| `benchmarks/pair.py` | not run | - | - |",
     ]
+
+
+def test_sum_blocks_tool_measures_the_library_kernel(tmp_path):
+    """``tools/sum_blocks.py`` builds the sum kernel per block size: its 16-row build is the
+    library's kernel (bit for bit), and other block sizes sum the same segments."""
+    from ragged.kernels import _native
+    from ragged.kernels._native_build import library
+
+    if library() is None:
+        pytest.skip("no C compiler: the native kernels are not built here")
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import sum_blocks
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    gen = torch.Generator().manual_seed(0)
+    values = torch.rand(300, 5, generator=gen)
+    lengths = [0, 17, 1, 100, 182]
+    offsets = sum_blocks.offsets_of(lengths)
+    library_sum = _native.segment_sum(values, offsets)
+    for block in (16, 64):
+        got = sum_blocks.build(block, tmp_path)(values, offsets)
+        if block == 16:
+            assert torch.equal(got, library_sum)
+        want = torch.stack([s.double().sum(0) for s in values.split(lengths)])
+        torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-6)
