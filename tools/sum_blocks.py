@@ -29,11 +29,12 @@ from typing import Any
 
 import torch
 
+import ragged
 from ragged.bench import compare, pin_cpu
 from ragged.kernels import _native_build
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks.ops
-from benchmarks.ops import MAX_OVER_MEAN, import_jax, lognormal_lengths, shared
+from benchmarks.ops import MAX_OVER_MEAN, import_jax, jax_functions, make_data, shared
 
 ROWS, SEGMENTS, WIDTH = 1 << 20, 8192, 64
 ACCURACY_LENGTHS = (16, 64, 128, 1000, 10**6)
@@ -73,33 +74,20 @@ def build(block: int, folder: Path) -> Sum:
     return segment_sum
 
 
-def offsets_of(lengths: list[int]) -> torch.Tensor:
-    offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-    offsets[1:] = torch.tensor(lengths).cumsum(0)
-    return offsets
-
-
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want).norm() / want.norm())
 
 
 def speed(sums: dict[int, Sum], rounds: int, jax: Any) -> None:
-    lengths = lognormal_lengths(SEGMENTS, ROWS, max_over_mean=MAX_OVER_MEAN, seed=0)
-    offsets = offsets_of(lengths)
-    values = torch.randn(ROWS, WIDTH, generator=torch.Generator().manual_seed(1))
-    buffer = torch.empty_like(values)
+    d = make_data(ROWS, SEGMENTS, WIDTH, max_over_mean=MAX_OVER_MEAN)  # the ops suite's data
+    values, buffer = d.values, torch.empty_like(d.values)
     calls: dict[str, Callable[[], Any]] = {
-        f"{block}-row blocks": (lambda fn=fn: fn(values, offsets)) for block, fn in sums.items()
+        f"{block}-row blocks": (lambda fn=fn: fn(values, d.offsets)) for block, fn in sums.items()
     }
     calls["copy"] = lambda: buffer.copy_(values)
-    if jax is not None:
-        ids = torch.repeat_interleave(torch.arange(SEGMENTS, dtype=torch.int32), offsets.diff())
-        ids_jax, values_jax = jax.numpy.asarray(ids.numpy()), shared(jax, values)
-        segment_sum = jax.jit(
-            lambda x: jax.ops.segment_sum(
-                x, ids_jax, num_segments=SEGMENTS, indices_are_sorted=True
-            )
-        )
+    if jax is not None:  # as benchmarks/ops.py sets it up: jit, the same tensor through DLPack
+        segment_sum = jax.jit(jax_functions(jax, "sum", d)["JAX segment_sum"])
+        values_jax = shared(jax, values)
         calls["JAX segment_sum"] = lambda: jax.block_until_ready(segment_sum(values_jax))
     times = compare(calls, repeat=rounds, alternate=True)
     print(f"\nSpeed: [{ROWS}, {WIDTH}] float32, {SEGMENTS} segments, {rounds} rounds (ms: medians)")
@@ -137,7 +125,7 @@ def accuracy(sums: dict[int, Sum]) -> None:
             segments = values[: num * length]
             want = segments.double().view(num, length, 4).sum(1)
             torch_error = relative_error(segments.view(num, length, 4).sum(1), want)
-            offsets = offsets_of([length] * num)
+            offsets = ragged.from_lengths(segments, [length] * num).offsets
             ours = [relative_error(fn(segments, offsets), want) for fn in sums.values()]
             cells = " | ".join(f"{e:.1e}" for e in [torch_error, *ours])
             print(f"| {kind} | {length} | {cells} |")
