@@ -35,6 +35,13 @@ import sys
 
 import torch
 import torch.distributed as dist
+
+# The first DistributedDataParallel imports torch.distributed.nn.functional (torch 2.13), whose
+# functions take ``group=group.WORLD`` as a default argument, evaluated at import. Imported after
+# init_process_group, they hold the default group past destroy_process_group: its gloo threads
+# and rank 0's store server then live on into interpreter shutdown, where tearing them down
+# sometimes aborts a finished run. Imported here, before any group, the defaults are None.
+import torch.distributed.nn.functional
 import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, Dataset
 
@@ -168,17 +175,29 @@ def train(args: argparse.Namespace) -> None:
         say(f"done: {step} steps on {world} ranks")
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="DDP training on ragged batches (gloo, CPU).")
     parser.add_argument("--small", action="store_true", help="a quick run for CI")
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.sequences = 64 if args.small else 512
     args.max_length = 24 if args.small else 96
     args.tokens_per_rank = 128 if args.small else 512
     args.epochs = 1 if args.small else 3
     args.print_every = 2 if args.small else 10
+    return args
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that was free a moment ago (rank 0 binds it for the store)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    args = parse_args()
     under_torchrun = "TORCHELASTIC_RUN_ID" in os.environ or (
         "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
     )
@@ -193,9 +212,7 @@ def main() -> None:
     if under_torchrun:
         run_under_torchrun(args)
         return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mp.spawn(run, args=(args.world_size, port, args), nprocs=args.world_size, join=True)
 
 

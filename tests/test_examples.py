@@ -5,6 +5,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -43,6 +45,37 @@ def test_ddp_example_runs_under_torchrun():
     assert "torchrun, env://" in out, out
     assert out.count("gradients equal on all ranks: True; equal to one process") == 2, out
     assert "done:" in out
+
+
+# Run in a fresh interpreter: the leak this guards against needs torch.distributed.nn.functional
+# to be first imported while a process group exists, as in a spawned or torchrun process.
+_DDP_TEARDOWN = """
+import os
+import ddp
+ddp.run(0, 1, ddp.free_port(), ddp.parse_args(["--small"]))
+tasks = os.listdir("/proc/self/task")
+print(sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks))
+"""
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_ddp_example_frees_its_process_group():
+    """After the example's ``run``, no gloo or store thread is left: ``destroy_process_group``
+    freed the group. A group that outlives it is torn down in interpreter shutdown, which
+    sometimes aborted the example (SIGABRT after "done")."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "examples"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", _DDP_TEARDOWN], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    threads = result.stdout.strip().splitlines()[-1]
+    assert "done: " in result.stdout, result.stdout
+    assert "gloo" not in threads and "tcpstore" not in threads, threads
 
 
 def test_pairformer_example_trains_and_matches_padding():
