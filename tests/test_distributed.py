@@ -1,7 +1,7 @@
 """ragged.distributed on the gloo backend in 2 and 4 local processes.
 
-Each world size is one ``torch.multiprocessing.spawn`` that runs every check in turn (process
-start-up dominates the cost). Every rank builds every rank's data from its rank number, so each
+Each world size is one group of forked processes (``tests/gloo.py``) that runs every check in
+turn (process start-up dominates the cost). Every rank builds every rank's data from its rank number, so each
 can check the collectives' results without further communication. The DDP and FSDP2 checks
 compare the gradients of one step on each rank's token-balanced shard against a single-process
 run on the whole global batch with the global per-token mean loss.
