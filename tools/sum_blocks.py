@@ -20,7 +20,6 @@ of them. This builds the kernels once per block size (``_native_build``'s flags 
 
 import argparse
 import ctypes
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -47,9 +46,8 @@ def build(block: int, folder: Path) -> Sum:
     if compiler is None:
         sys.exit("sum_blocks.py: no C compiler ($CC, cc, gcc or clang)")
     target = folder / f"sum_{block}.so"
-    flags = [*_native_build._FLAGS, *_native_build._NATIVE_FLAGS, f"-DRG_BLOCK={block}"]
-    cmd = [compiler, *flags, str(_native_build._SOURCE), "-o", str(target), "-lm"]
-    subprocess.run(cmd, check=True)
+    if not _native_build._build(compiler, target, defines=[f"RG_BLOCK={block}"]):
+        sys.exit(f"sum_blocks.py: {compiler} failed on {_native_build._SOURCE} (RG_BLOCK={block})")
     lib = ctypes.CDLL(str(target))
     _native_build._declare(lib)
     kernel = lib.rg_sum_f32

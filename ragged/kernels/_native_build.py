@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +84,16 @@ def _cpu_key() -> str:
         return f"{platform.machine()} {platform.processor()}"
 
 
-def _build(compiler: str, target: Path) -> bool:
-    """Compile the source into ``target`` (atomically); ``False`` if the compiler fails."""
+def _build(compiler: str, target: Path, defines: Sequence[str] = ()) -> bool:
+    """Compile the source into ``target`` (atomically), with the macros ``defines`` (``"N=V"``,
+    for tools that build variants: the library builds with none); ``False`` if the compiler
+    fails."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    macros = [f"-D{d}" for d in defines]
     for extra in (_NATIVE_FLAGS, ()):  # without -march=native where the compiler rejects it
         fd, tmp = tempfile.mkstemp(suffix=target.suffix, dir=target.parent)
         os.close(fd)
-        cmd = [compiler, *_FLAGS, *extra, str(_SOURCE), "-o", tmp, "-lm"]
+        cmd = [compiler, *_FLAGS, *extra, *macros, str(_SOURCE), "-o", tmp, "-lm"]
         try:
             done = subprocess.run(cmd, capture_output=True, timeout=120, check=False)
             if done.returncode == 0:
