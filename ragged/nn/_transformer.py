@@ -41,9 +41,11 @@ class RaggedTransformerEncoderLayer(torch.nn.Module):
         layer_norm_eps: epsilon of the layer norms.
         norm_first: pre-norm (``x + sa(norm1(x))``) instead of post-norm.
         bias: biases in the linear layers and layer norms.
-        num_kv_heads, causal, window, alibi: the attention's variants (grouped-query heads,
-            causal attention by default, a sliding window, ALiBi biases); see
+        num_kv_heads: key/value heads for grouped-query attention (``None``: ``nhead``).
+        causal: causal attention within each segment.
+        window: a sliding attention window; see
             [`RaggedMultiheadAttention`][ragged.nn.RaggedMultiheadAttention].
+        alibi: ALiBi position biases.
 
     >>> import ragged, torch
     >>> torch.manual_seed(0) and None
