@@ -70,16 +70,8 @@ from .._errors import Func, type_error, value_error
 from .._partition import RowPartition
 from .._registry import op
 from .._versions import check_unchanged
-from ..kernels._scan import (
-    LOGSUMEXP,
-    MAX,
-    MIN,
-    PROD,
-    SUM,
-    Monoid,
-    _dense_scan,
-    scan_rows,
-)
+from ..kernels._monoids import LOGSUMEXP, MAX, MIN, PROD, SUM, Monoid, dense_scan
+from ..kernels._scan import scan_rows
 from ._grouping import group
 
 # --- public ops -------------------------------------------------------------------------------
@@ -111,7 +103,7 @@ def _scan(
         )
     if dim > nr:
         return RaggedArray(
-            _dense_scan(m, x.values, dim - nr, reverse, exclusive), x.partition, x.axes
+            dense_scan(m, x.values, dim - nr, reverse, exclusive), x.partition, x.axes
         )
     if dim < nr:  # an outer axis: scan each column's entries, in row order
         return _scan_outer_axis(x, dim, m, reverse, exclusive)
