@@ -23,7 +23,7 @@ from ..._errors import Func, name_of, type_error, typename, value_error
 from ..._partition import Partition, RowPartition, length_stats
 from ...kernels._segment import Segments, segment_sum
 from .._levels import gather_items, read, regular, subtree_stats, view
-from ._slicing import _bounds, _keeps_all, _reverses_all, _slice_int
+from ._slicing import keeps_all, reverses_all, slice_bounds, slice_int
 
 
 def same_upper(func: Func, param: str, x: RaggedArray, other: RaggedArray, depth: int) -> None:
@@ -172,18 +172,18 @@ def slice_plan(
     """``[start:stop:step]`` of every row along ragged axis ``dim``: the new partition and the
     value rows to gather; ``None`` when every entry is kept. One host sync (the new sizes),
     except where the result provably keeps every entry or reverses every row."""
-    start, stop, step = (_slice_int(func, v) for v in (start, stop, step))
+    start, stop, step = (slice_int(func, v) for v in (start, stop, step))
     step = 1 if step is None else step
     if step == 0:
         raise ValueError(f"{name_of(func)}: slice step cannot be zero.")
     levels = x.partition.levels
     level = levels[dim - 1]
     known = level.max_length
-    if _keeps_all(start, stop, step, known):
+    if keeps_all(start, stop, step, known):
         return None
-    low, count = _bounds(level.lengths, start, stop, step)
+    low, count = slice_bounds(level.lengths, start, stop, step)
     inner = dim == len(levels)
-    reverse = _reverses_all(start, stop, step, known)
+    reverse = reverses_all(start, stop, step, known)
     if reverse:
         new, sizes = level, None
     else:

@@ -35,7 +35,7 @@ from ._axis import (
     sliced,
     take_dense,
 )
-from ._take import _check_array, fill_tensor, gather_rows, resolve
+from ._take import check_index_array, fill_tensor, gather_rows, resolve
 
 
 def _pad_widths(func: Func, pad: Any) -> tuple[int, int]:
@@ -78,7 +78,7 @@ def pad(
     [[[1, 2], [3], []], [[4], []]]
     """
     func = _PAD  # the op (its `pad` argument shadows its name here)
-    _check_array(func, x)
+    check_index_array(func, x)
     before, after = _pad_widths(func, pad)
     fill = fill_tensor(func, x.values, value, "value")
     dim = ragged_axis(func, x, axis)
@@ -141,7 +141,7 @@ def pad_to(
     [[1, 2], [-1, -1], [4, -1]]
     """
     func = pad_to
-    _check_array(func, x)
+    check_index_array(func, x)
     if isinstance(length, bool) or not isinstance(length, int):
         raise type_error(func, "length", "must be an int", type(length).__name__)
     if length < 0:
@@ -172,7 +172,7 @@ def truncate(x: RaggedArray, max_len: int, *, axis: int | str = 1) -> RaggedArra
     True
     """
     func = truncate
-    _check_array(func, x)
+    check_index_array(func, x)
     if not isinstance(max_len, int) or isinstance(max_len, bool):
         raise type_error(func, "max_len", "must be an int", type(max_len).__name__)
     if max_len < 0:
@@ -184,7 +184,7 @@ def truncate(x: RaggedArray, max_len: int, *, axis: int | str = 1) -> RaggedArra
 
 
 def _end(func: Func, x: RaggedArray, fill_value: Any, axis: Any, last: bool) -> Any:
-    _check_array(func, x)
+    check_index_array(func, x)
     fill = fill_tensor(func, x.values, fill_value)
     dim = ragged_axis(func, x, axis)
     if x.ragged_ndim > 1:

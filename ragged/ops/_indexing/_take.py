@@ -43,7 +43,7 @@ _MODES = ("fill", "clip", "wrap", "raise")
 # --- shared helpers ---------------------------------------------------------------------------
 
 
-def _check_array(func: Func, x: Any, param: str = "x") -> None:
+def check_index_array(func: Func, x: Any, param: str = "x") -> None:
     if not isinstance(x, RaggedArray):
         raise type_error(func, param, "must be a RaggedArray", type(x).__name__)
 
@@ -227,7 +227,7 @@ def take(
     [[[3], [3]], [[]]]
     """
     func = take
-    _check_array(func, x)
+    check_index_array(func, x)
     mode = _check_mode(func, mode)
     dim = normalize_axis(func, x, axis)
     if dim == 0:
@@ -361,8 +361,8 @@ def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     [[[3]], [[4, 5, 6]]]
     """
     func = filter
-    _check_array(func, x)
-    _check_array(func, mask, "mask")
+    check_index_array(func, x)
+    check_index_array(func, mask, "mask")
     if mask.dtype != torch.bool:
         raise type_error(func, "mask", "must have dtype torch.bool", mask.dtype)
     nr = x.ragged_ndim
