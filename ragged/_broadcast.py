@@ -34,7 +34,8 @@ from torch import Tensor
 from ._array import RaggedArray
 from ._errors import Func, name_of
 from ._format import shape_text
-from ._partition import Partition, pair_index
+from ._pair_index import pair_index
+from ._partition import Partition
 
 Aligned = tuple[Any, Any, Partition, "tuple[str, ...] | None"]
 

@@ -31,7 +31,8 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import OUTER, PAIR_DOT, PAIR_MATMUL, TRANSPOSE
 from .._errors import Func, type_error, value_error
-from .._partition import Partition, RowPartition, pair_index
+from .._pair_index import pair_index
+from .._partition import Partition, RowPartition
 from .._registry import op
 from ..kernels._pairblocks import PairTiles, assemble, group_blocks, length_groups
 from ..kernels._segment import Segments, segment_sum
