@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 
 from ._array import RaggedArray
-from ._awkward import from_awkward, is_awkward
 from ._errors import Func, name_of, type_error, typename, value_error
 from ._factory_checks import (
     _index_arg,
@@ -25,6 +24,7 @@ from ._factory_checks import (
 from ._from_lists import from_lists
 from ._partition import Partition, RowPartition
 from ._registry import public
+from .interop._awkward import from_awkward, is_awkward
 
 __all__ = ["array", "from_nested", "from_padded"]
 

@@ -32,10 +32,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._array import RaggedArray
-from ._errors import Func, type_error, typename, value_error
-from ._partition import Partition, RowPartition
-from ._registry import public
+from .._array import RaggedArray
+from .._errors import Func, type_error, typename, value_error
+from .._partition import Partition, RowPartition
+from .._registry import public
 
 __all__ = ["from_awkward", "is_awkward", "to_awkward"]
 
