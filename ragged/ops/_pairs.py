@@ -269,7 +269,7 @@ def _pair_dot_tiled(
         pairs,
         _PAIR_TILE,
     )
-    out = _row_matmul(tiles.gather_rows(x, "i"), tiles.gather_rows(y, "j")).flatten(0, 2)
+    out = _row_matmul(tiles.tile_rows(x, "i"), tiles.tile_rows(y, "j")).flatten(0, 2)
     return out.index_select(0, tiles.back())
 
 

@@ -55,7 +55,7 @@ def take_ragged(
     dim: int,
     indices: RaggedArray,
     resolve: Any,
-    gather_rows: Any,
+    take_rows_or_fill: Any,
     mode: str,
     fill: Tensor,
 ) -> RaggedArray:
@@ -67,7 +67,7 @@ def take_ragged(
     position, valid = resolve(func, indices.values, level.lengths[parent], mode)
     rows = level.offsets[parent] + position
     if dim == x.ragged_ndim:
-        values = gather_rows(x.values, rows, valid, fill)
+        values = take_rows_or_fill(x.values, rows, valid, fill)
         return RaggedArray(values, indices.partition, x.axes)
     partition, rows = whole_rows(x, dim, indices.partition.levels[:-1], picks, rows, valid)
     return RaggedArray(x.values.index_select(0, rows), partition, x.axes)
@@ -100,7 +100,7 @@ def take_dense(
     dim: int,
     indices: Tensor,
     resolve: Any,
-    gather_rows: Any,
+    take_rows_or_fill: Any,
     mode: str,
     fill: Tensor,
 ) -> RaggedArray:
@@ -125,7 +125,7 @@ def take_dense(
     rows = level.offsets[:-1].view(shape) + position
     names = x.axes if extra == 1 else _names_without(x, dim)
     if dim == x.ragged_ndim:
-        values = gather_rows(x.values, rows, valid, fill)
+        values = take_rows_or_fill(x.values, rows, valid, fill)
         return RaggedArray(values, Partition(x.partition.levels[: dim - 1]), names)
     flat_valid = None if valid is None else valid.reshape(-1)
     picks = regular(num, indices.shape[1], x.device) if extra else None
@@ -295,7 +295,9 @@ def pad_to_outer(x: RaggedArray, dim: int, length: int, clip: bool) -> RaggedArr
     return RaggedArray(x.values.index_select(0, rows), partition, x.axes)
 
 
-def pad_to_inner(x: RaggedArray, length: int, clip: bool, fill: Tensor, gather_rows: Any) -> Any:
+def pad_to_inner(
+    x: RaggedArray, length: int, clip: bool, fill: Tensor, take_rows_or_fill: Any
+) -> Any:
     """Every row along the innermost ragged axis padded with ``fill`` to ``length``."""
     v = view(x)
     level = v.array.partition.levels[0]
@@ -303,7 +305,7 @@ def pad_to_inner(x: RaggedArray, length: int, clip: bool, fill: Tensor, gather_r
     parent = new.row_ids
     position = new.positions()
     valid = position < level.lengths[parent]
-    values = gather_rows(x.values, level.offsets[parent] + position, valid, fill)
+    values = take_rows_or_fill(x.values, level.offsets[parent] + position, valid, fill)
     return v.wrap(RaggedArray(values, Partition((new,)), v.array.axes))
 
 

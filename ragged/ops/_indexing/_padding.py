@@ -35,7 +35,7 @@ from ._axis import (
     sliced,
     take_dense,
 )
-from ._take import check_index_array, fill_tensor, gather_rows, resolve
+from ._take import check_index_array, fill_tensor, resolve, take_rows_or_fill
 
 
 def _pad_widths(func: Func, pad: Any) -> tuple[int, int]:
@@ -151,7 +151,7 @@ def pad_to(
     dim = ragged_axis(func, x, axis)
     if dim < x.ragged_ndim:
         return pad_to_outer(x, dim, length, clip)
-    return pad_to_inner(x, length, clip, fill, gather_rows)
+    return pad_to_inner(x, length, clip, fill, take_rows_or_fill)
 
 
 @op("indexing", rule=NEW, args="x: ragged, max_len: int, axis: axis?")
@@ -190,10 +190,10 @@ def _end(func: Func, x: RaggedArray, fill_value: Any, axis: Any, last: bool) -> 
     if x.ragged_ndim > 1:
         level = x.partition.levels[dim - 1]
         index = torch.full((level.num_rows,), -1 if last else 0, device=x.device)
-        return take_dense(func, x, dim, index, resolve, gather_rows, "fill", fill)
+        return take_dense(func, x, dim, index, resolve, take_rows_or_fill, "fill", fill)
     level = x.partition.levels[0]
     rows = level.offsets[1:] - 1 if last else level.offsets[:-1]
-    return gather_rows(x.values, rows, level.lengths > 0, fill)
+    return take_rows_or_fill(x.values, rows, level.lengths > 0, fill)
 
 
 @op("indexing", rule=DENSE_RESULT, args="x: ragged, fill_value: number?, axis: axis?")

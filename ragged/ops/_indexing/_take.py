@@ -89,7 +89,7 @@ def _representable(value: bool | int | float | complex, dtype: torch.dtype) -> b
     return info.min <= value <= info.max
 
 
-def gather_rows(values: Tensor, rows: Tensor, valid: Tensor | None, fill: Tensor) -> Tensor:
+def take_rows_or_fill(values: Tensor, rows: Tensor, valid: Tensor | None, fill: Tensor) -> Tensor:
     """``values[rows]`` where ``valid``, ``fill`` elsewhere: shape ``(*rows.shape, *inner)``.
 
     Invalid entries of ``rows`` may hold anything; they are clamped before the gather and masked
@@ -257,7 +257,7 @@ def take(
         seg = indices.partition.segment_ids()
         position, valid = resolve(func, indices.values, level.lengths[seg], mode)
         rows = level.offsets[seg] + position
-        values = gather_rows(x.values, rows, valid, fill)
+        values = take_rows_or_fill(x.values, rows, valid, fill)
         return RaggedArray(values, indices.partition, x.axes)
     if not isinstance(indices, Tensor):
         raise type_error(func, "indices", "must be a RaggedArray or a Tensor", typename(indices))
@@ -269,7 +269,7 @@ def take(
     shape = (num, *[1] * (indices.dim() - 1))
     position, valid = resolve(func, indices, level.lengths.view(shape), mode)
     rows = level.offsets[:-1].view(shape) + position
-    return gather_rows(x.values, rows, valid, fill)
+    return take_rows_or_fill(x.values, rows, valid, fill)
 
 
 def _take_levels(
@@ -287,12 +287,12 @@ def _take_levels(
                 f"{indices.ragged_ndim} ragged axes, {indices.ndim} axes",
             )
         _check_device(func, indices.values, x)
-        return take_ragged(func, x, dim, indices, resolve, gather_rows, mode, fill)
+        return take_ragged(func, x, dim, indices, resolve, take_rows_or_fill, mode, fill)
     if not isinstance(indices, Tensor):
         raise type_error(func, "indices", "must be a RaggedArray or a Tensor", typename(indices))
     _check_int_tensor(func, "indices", indices)
     _check_device(func, indices, x)
-    return take_dense(func, x, dim, indices, resolve, gather_rows, mode, fill)
+    return take_dense(func, x, dim, indices, resolve, take_rows_or_fill, mode, fill)
 
 
 def _take_inner(
