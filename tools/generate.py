@@ -81,10 +81,28 @@ def sections() -> dict[str, tuple[str, str, list[_registry.Entry]]]:
         if key in _registry.FAMILIES:
             members.sort(key=lambda e: e.name.lower())
         members.sort(key=lambda e: e.name != "RaggedArray")  # the type first on its page
+        if key in FIRST:  # the names users meet first lead their page
+            members.sort(key=lambda e: FIRST[key].index(e.name) if e.name in FIRST[key] else 99)
         out[key] = (title, text, members)
     order = ["arrays", "constructors", "conversions", *_registry.FAMILIES, "transforms"]
     order += [k for k in _registry.SECTIONS if k not in order]
     return {k: out[k] for k in order}
+
+
+# Sections whose names are listed in the order users meet them; the rest follow in source order.
+FIRST = {
+    "transforms": [
+        "map",
+        "vmap",
+        "RaggedVmapFallbackWarning",
+        "jit",
+        "dynamic_shapes",
+        "reduce",
+        "export",
+        "load_exported",
+        "RaggedExportedProgram",
+    ],
+}
 
 
 def identifier(entry: _registry.Entry) -> str:
@@ -103,9 +121,17 @@ def render_reference_page(key: str, title: str, text: str, members: list) -> str
     lines = [f"# {title}", "", text, ""]
     if key in _registry.FAMILIES:
         lines += [
-            f"Which transforms each op supports: the [support matrix](../api.md#{_slug(title)}).",
+            f"Which transforms each op supports: the [support matrix](../api.md#{_slug(title)});",
+            "the family's rules and design notes follow the functions.",
             "",
         ]
+    for entry in members:
+        lines.append(f"::: {identifier(entry)}")
+        if identifier(entry) != entry.qualname:
+            lines += ["    options:", f'      heading: "{entry.qualname}"']
+        lines.append("")
+    if key in _registry.FAMILIES:
+        lines += [f"## Rules and design notes: {title.lower()}", ""]
         modules = dict.fromkeys(e.obj.__module__ for e in declared() if e in members)
         for module in modules:  # each module's docstring states its family's rules
             lines += [
@@ -116,11 +142,6 @@ def render_reference_page(key: str, title: str, text: str, members: list) -> str
                 "      show_root_toc_entry: false",
                 "",
             ]
-    for entry in members:
-        lines.append(f"::: {identifier(entry)}")
-        if identifier(entry) != entry.qualname:
-            lines += ["    options:", f'      heading: "{entry.qualname}"']
-        lines.append("")
     return "\n".join(lines)
 
 
@@ -196,6 +217,24 @@ def support_matrix() -> list[str]:
     return lines
 
 
+def shown_name(entry: _registry.Entry) -> str:
+    """How the index spells ``entry``: ``sum``, ``ragged.nn.RaggedLayerNorm``, ``x[...]``."""
+    if entry.namespace == "ragged":
+        return entry.name
+    if entry.namespace.startswith("ragged."):
+        return entry.qualname
+    return "x[...]" if entry.name == "__getitem__" else entry.qualname
+
+
+def public_index() -> list[str]:
+    """One row per reference section: its title, what it holds and every name in it."""
+    lines = ["| section | what | names |", "|---|---|---|"]
+    for key, (title, text, members) in sections().items():
+        names = ", ".join(f"[`{shown_name(e)}`]({anchor(e)})" for e in members)
+        lines.append(f"| [{title}](reference/{key}.md) | {text} | {names} |")
+    return [*lines, ""]
+
+
 def render_api() -> str:
     parts = [
         "# API overview",
@@ -205,6 +244,12 @@ def render_api() -> str:
         "Every public op is declared once, next to its implementation, with its family, axis",
         "rule and argument kinds; the [reference](reference/index.md) renders every docstring.",
         "",
+        "## Every public name",
+        "",
+        "By section of the [reference](reference/index.md); the names of the first sections are",
+        "`ragged.<name>`, those of the modules below them carry their module.",
+        "",
+        *public_index(),
         "## Support matrix",
         "",
         "Every row is an entry of the op table (`tests/optable/`), tested against a per-segment",

@@ -1,7 +1,7 @@
 """Elementwise ops: Python operators, ``where`` and ``apply`` for any torch pointwise function.
 
 Axis rule: **keep all**. The result has the partition (the same object) of its ragged
-operand(s) and their axis names; operands line up as described in ``ragged._broadcast``.
+operand(s) and their axis names; operands line up as described in docs/semantics.md ("Broadcasting").
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ positionally, ``x[:, :, None] + y[:, None]``. Reductions over either ragged axis
 
 Products over the blocks: ``pair_dot`` (``x_b @ y_b^T``: **add one**), ``pair_matmul``
 (``P_b @ V_b``: **remove one**, the second ragged axis is contracted) and ``triangle_multiply``
-(``A_b @ B_b^T`` or ``A_b^T @ B_b`` per channel: **keep all**; in ``ragged.ops._triangle``).
-Eagerly they group segments by shape (one host read of the lengths) and run one batched dense
-product per group; under ``torch.compile`` they run in static tiles without a host read (``ragged/kernels/_pairblocks.py``).
+(``A_b @ B_b^T`` or ``A_b^T @ B_b`` per channel: **keep all**). Eagerly they group segments by
+shape (one host read of the lengths) and run one batched dense product per group; under
+``torch.compile`` they run in static tiles without a host read (the pair-block kernels of ``ragged/kernels/``).
 
 The sizes are static when the two ragged axes are the same partition object and the partition
 knows ``sum(lengths ** 2)`` (factories record it from host data); otherwise building the product

@@ -43,9 +43,8 @@ not "inclusive minus x" (that breaks cumprod with zeros, and extrema). ``K`` is 
 ``torch.compile``; in eager mode it is the largest power of two up to the mean length, between
 1 and 32, so the buffer holds at most ``N + B * K <= 2 N`` rows (``N >= B``).
 
-Large inputs in eager mode take one autograd Function (``ragged.kernels._scan._SegmentScan``,
-with backward, jvp and vmap rules) over the native streaming scans (``ragged.kernels._native``:
-each segment scanned in order with a float64 accumulator, forward and backward, one pass, no
+Large inputs in eager mode take one autograd Function (with backward, jvp and vmap rules) over
+the native streaming scans (the C kernels of ``ragged/kernels/``: each segment scanned in order with a float64 accumulator, forward and backward, one pass, no
 buffer), or, where those cannot run, over in-place torch kernels (cumsum, cummax, cummin:
 buffer and output are the only large allocations) or the composite scan (cumprod,
 logcumsumexp). ``cummax``/``cummin`` route the gradient of each output to the element

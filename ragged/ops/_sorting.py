@@ -1,7 +1,7 @@
 """Sorting within segments: ``sort``, ``argsort``, ``topk`` and ``unique_consecutive``.
 
 Along the ragged axis every segment is sorted separately, each inner column independently; along
-an inner axis the torch op runs on the values. Axis rules (``ragged._axes``): ``sort`` and
+an inner axis the torch op runs on the values. Axis rules (docs/semantics.md, "Axis names"): ``sort`` and
 ``argsort`` **keep all** (the input's partition object); ``topk`` and ``unique_consecutive``
 along the ragged axis build a **new partition** (shorter segments), and ``topk`` along an inner
 axis keeps all axes (the sorted axis shrinks to ``min(k, size)``).

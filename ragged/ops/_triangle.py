@@ -1,6 +1,5 @@
 """The triangle multiplicative update of square pair maps (AlphaFold / Pairformer):
-``A_b @ B_b^T`` or ``A_b^T @ B_b`` per segment and channel (axis rule: **keep all**). The pair
-maps themselves and their other products are in ``ragged.ops._pairs``."""
+``A_b @ B_b^T`` or ``A_b^T @ B_b`` per segment and channel (axis rule: **keep all**)."""
 
 from __future__ import annotations
 

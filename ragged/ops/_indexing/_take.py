@@ -1,12 +1,12 @@
 """Indexing ops along a ragged axis: ``take`` and ``filter`` (``pad``, ``pad_to``, ``truncate``,
-``first`` and ``last`` are in ``_padding``).
+``first`` and ``last`` are on the same page).
 
-Axis rules (``ragged._axes``): ``take`` with RaggedArray indices gives the **indices'
+Axis rules (docs/semantics.md, "Axis names"): ``take`` with RaggedArray indices gives the **indices'
 partition** (segment ``b`` is ``x_b[indices_b]``); with dense ``(B, *extra)`` indices it
 **consumes** the ragged axis (a dense result; on a multi-level array one index per row removes
 the axis); ``filter`` builds a **new partition** with the same axes and names, and returns the
 input's partition object when every row is kept. Along an outer ragged axis of a multi-level
-array whole rows move with their subtrees (``ragged.ops._indexing._axis``).
+array whole rows move with their subtrees.
 
 Out-of-range indices (per segment: ``-L_b <= i < L_b`` is in range, negative ``i`` counts from
 the segment's end) follow ``jnp.take``'s modes. ``"fill"`` (the default) gives ``fill_value``:

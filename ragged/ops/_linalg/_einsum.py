@@ -1,8 +1,8 @@
 """``ragged.einsum``: einsum with a batch and a ragged letter per ragged operand (see its
 docstring for the rules and the segment-aligned tiling).
 
-An equation is parsed once per kind of operands into a cached recipe (``_einsum_parse``), then
-bound to the operands' shapes and partitions (``_bind``), which plans the values-level einsum.
+An equation is parsed once per kind of operands into a cached recipe, then bound to the
+operands' shapes and partitions, which plans the values-level einsum.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Reductions with a numerical twist: ``logsumexp``, ``var``, ``std``, ``norm``.
 
-They use the driver of ``ragged.ops._reductions._reduce`` (same axis rules and empty-segment handling);
-see its docstring.
+They use the driver of the sums and extrema (same axis rules and empty-segment handling).
 """
 
 from __future__ import annotations
