@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 import ragged  # noqa: E402
 import ragged.ops  # noqa: E402
 import ragged.testing  # noqa: E402  (declares its names)
-from ragged import _registry  # noqa: E402
+from ragged import _registry, _torch_args  # noqa: E402
 from tests.optable import all_ops  # noqa: E402
 
 YES, NO = "✓", "–"
@@ -248,7 +248,7 @@ def _op_stub(name: str, spec: _registry.OpSpec) -> list[str]:
     parts: list[str] = []
     keyword_only = False
     for param in args.params[1:]:
-        if param.target == _registry.IGNORED:
+        if param.target == _torch_args.IGNORED:
             continue
         if param.variadic:
             parts.append(f"*{param.name}: Any")
@@ -257,13 +257,13 @@ def _op_stub(name: str, spec: _registry.OpSpec) -> list[str]:
         if not param.positional and not keyword_only:
             parts.append("*")
             keyword_only = True
-        if param.target == _registry.CAST:
+        if param.target == _torch_args.CAST:
             annotation = "torch.dtype | None"
         elif param.target is None:
             annotation = "Any"
         else:
             annotation = _annotation(signature.parameters[param.target].annotation)
-        default = "" if param.default is _registry.REQUIRED else f" = {param.default!r}"
+        default = "" if param.default is _torch_args.REQUIRED else f" = {param.default!r}"
         parts.append(f"{param.name}: {annotation}{default}")
     returns = _annotation(signature.return_annotation)
     if spec.rule.kind == "remove" and parts and parts[0].startswith("dim:"):
@@ -485,7 +485,7 @@ def _mapping(spec: _registry.OpSpec) -> str:
         f"`{p.name}`→`{p.target}`"
         for p in args.params
         if p.target
-        and p.target not in (_registry.CAST, _registry.IGNORED)
+        and p.target not in (_torch_args.CAST, _torch_args.IGNORED)
         and p.name != p.target
         and p is not args.params[0]
     ]

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from .._array import RaggedArray
 from .._broadcast import same_partition
-from .._registry import torch_function
+from .._registry import refuse, torch_function
 from ._elementwise import _as_values, _scalars_as_tensors, binary
 
 __all__ = ["elementwise", "rows"]
@@ -87,6 +87,9 @@ UNARY = [
     "nan_to_num",
     "frac",
     "hardshrink",
+    "angle",
+    "conj_physical",
+    "mvlgamma",
 ]
 # The same, with a zero or no derivative (piecewise constant, or a boolean result).
 UNARY_CONSTANT = [
@@ -147,10 +150,25 @@ BINARY = [
     "isclose",
     "bitwise_left_shift",
     "bitwise_right_shift",
+    "rsub",
+    "gcd",
+    "lcm",
+    "igamma",
+    "igammac",
 ]
 # Functions of three operands (``torch.lerp(x, end, weight)``) and of an operand and a mask.
 TERNARY = ["lerp", "addcmul", "addcdiv"]
-_NO_GRAD = {"heaviside", "isclose", "fmod", "bitwise_left_shift", "bitwise_right_shift"}
+_NO_GRAD = {
+    "heaviside",
+    "isclose",
+    "fmod",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
+    "gcd",
+    "lcm",
+    "igamma",
+    "igammac",
+}
 
 
 def _result(out: torch.Tensor, like: RaggedArray) -> RaggedArray:
@@ -324,6 +342,22 @@ def _declare_all() -> None:
             see=("RaggedArray.to",),
             grad=dtype.is_floating_point,
         )(_cast(dtype))
+    torch_function(
+        torch.clone,
+        family="elementwise",
+        meaning="a copy of the values (the partition object is kept)",
+        see=("ragged.apply",),
+    )(elementwise(torch.clone, "torch.clone"))
 
 
 _declare_all()
+# Pointwise in torch (``torch.Tag.pointwise``) but not a function of one RaggedArray's values.
+refuse(
+    torch.frexp,
+    torch.polygamma,
+    family="elementwise",
+    hint="its result is not one tensor of the input's rows (frexp: two tensors; polygamma: the "
+    "order comes first): apply it to the values, e.g. ragged.apply(lambda v: torch.polygamma(1, "
+    "v), x)",
+    see=("ragged.apply",),
+)

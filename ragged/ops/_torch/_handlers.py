@@ -17,6 +17,7 @@ from torch import Tensor
 from ..._array import RaggedArray
 from ..._axes import normalize_axis
 from ..._partition import Partition, RowPartition
+from ..._registry import refuse
 from .. import _elementwise as ew
 from .._attention import attention
 from .._combining import concat
@@ -293,3 +294,20 @@ def _sdpa(
     q, k, v = (RaggedArray(a.values[:, None], a.partition) for a in arrays)
     out = attention(q, k, v, causal=is_causal, scale=scale, dropout_p=dropout_p or None)
     return RaggedArray(out.values[:, 0], query.partition, query.axes)
+
+
+# The sorting and attention functions of torch that RaggedArrays refuse (beside their handlers).
+refuse(
+    torch.unique_consecutive,
+    family="sorting",
+    hint="ragged.unique_consecutive(x, axis) collapses runs within each segment",
+    see=("ragged.unique_consecutive",),
+)
+refuse(
+    F.multi_head_attention_forward,
+    family="attention",
+    hint="nn.MultiheadAttention and nn.TransformerEncoderLayer do not take RaggedArrays: use "
+    "ragged.nn.RaggedMultiheadAttention and ragged.nn.RaggedTransformerEncoderLayer (the same "
+    "parameters and state dict) or ragged.attention",
+    see=("ragged.nn.RaggedMultiheadAttention", "ragged.attention"),
+)

@@ -18,7 +18,8 @@ from torch import Tensor
 
 from ... import _registry
 from ..._array import RaggedArray
-from ..._registry import CAST, IGNORED, REQUIRED, TorchArgs, TorchParam, torch_function
+from ..._registry import torch_function
+from ..._torch_args import CAST, IGNORED, REQUIRED, TorchArgs, TorchParam
 
 _ERRORS = (TypeError, ValueError, IndexError, NotImplementedError)
 
