@@ -901,6 +901,23 @@ def test_every_row_that_claims_compile_is_compiled() -> None:
     assert claimed_methods - seen_methods == set()
 
 
+def test_translated_spellings_compile_with_fullgraph() -> None:
+    """A keyword call goes through ``translate`` (not the direct call): it traces in one graph
+    (it once held TorchParam dataclasses, which Dynamo cannot wrap as constants)."""
+    x = lengths_ragged([2, 0, 3])
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(
+            lambda x: x.pow(2).mean(-1, keepdim=True),
+            backend="aot_eager",
+            dynamic=True,
+            fullgraph=True,
+        )
+        ragged.testing.assert_close(compiled(x), x.pow(2).mean(-1, keepdim=True))
+    finally:
+        torch._dynamo.reset()
+
+
 @pytest.mark.xfail(strict=True, reason="Dynamo (torch 2.13) looks for RaggedArrays in lists only")
 def test_cat_of_a_tuple_under_compile() -> None:
     """Documented in docs/torch.md: pass torch.cat a list under torch.compile. This fails (and
