@@ -202,6 +202,9 @@ class TorchSpec:
         hint: for a refused function, what to use instead (the end of its TypeError).
         grad: differentiable (the docs and the tests read it).
         compile: traced into one graph by ``torch.compile`` (the docs and the tests read it).
+        checks: the handler checks its arguments itself (the version counters of every
+            RaggedArray, ``out=``, the alignment of operands); otherwise the dispatch table
+            wraps it in that check (``ragged.ops._torch._table.guarded``).
     """
 
     fns: tuple[Any, ...]
@@ -213,6 +216,7 @@ class TorchSpec:
     hint: str = ""
     grad: bool = True
     compile: bool = True
+    checks: bool = False
 
 
 _ENTRIES: dict[str, Entry] = {}
@@ -412,6 +416,7 @@ def torch_function(
     see: tuple[str, ...] = (),
     grad: bool = True,
     compile: bool = True,
+    checks: bool = False,
 ) -> Callable[[T], T]:
     """Declare the handler of torch functions (and Tensor methods) that no op answers.
 
@@ -423,7 +428,7 @@ def torch_function(
         raise ValueError(f"unknown family {family!r}")
 
     def declare(handler: T) -> T:
-        spec = TorchSpec(fns, methods, handler, family, meaning, see, "", grad, compile)  # type: ignore[arg-type]
+        spec = TorchSpec(fns, methods, handler, family, meaning, see, "", grad, compile, checks)  # type: ignore[arg-type]
         keys = (*fns, *(f"RaggedArray.{m}" for m in methods))
         claim(keys, f"the {family} handler {getattr(handler, '__qualname__', handler)}")
         _TORCH.append(spec)

@@ -13,7 +13,15 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CAST", "IGNORED", "REQUIRED", "TORCH_NAMES", "TorchArgs", "TorchParam"]
+__all__ = [
+    "CAST",
+    "IGNORED",
+    "REQUIRED",
+    "TORCH_NAMES",
+    "TorchArgs",
+    "TorchParam",
+    "refuse_out",
+]
 
 REQUIRED: Any = inspect.Parameter.empty  # a torch parameter without a default
 CAST = "<cast>"  # ``dtype=``: the input is cast to it first, as torch does
@@ -100,3 +108,12 @@ def _torch_target(name: str, names: list[str]) -> str | None:
         return IGNORED
     target = TORCH_NAMES.get(name)
     return target if target in names else None
+
+
+def refuse_out(label: Any, out: Any) -> None:
+    """``out=`` must be None (a handler's message gets its name from ``_renaming``)."""
+    if out is not None:
+        prefix = f"{label}: " if label else ""
+        raise TypeError(
+            f"{prefix}`out=` is not supported: RaggedArrays are immutable (use the result)."
+        )

@@ -19,7 +19,7 @@ from torch import Tensor
 from ... import _registry
 from ..._array import RaggedArray
 from ..._registry import torch_function
-from ..._torch_args import CAST, IGNORED, REQUIRED, TorchArgs, TorchParam
+from ..._torch_args import CAST, IGNORED, REQUIRED, TorchArgs, TorchParam, refuse_out
 
 _ERRORS = (TypeError, ValueError, IndexError, NotImplementedError)
 
@@ -176,7 +176,7 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
             param = keyed.get(key)
             if param is None:
                 if key == "out":
-                    _no_out(display_name(name), value)
+                    refuse_out(display_name(name), value)
                     continue
                 raise TypeError(
                     f"{display_name(name)}: unexpected argument `{key}` (it takes {accepted})."
@@ -240,12 +240,3 @@ def _custom(*fns: Any, **declaration: Any) -> Callable[[Any], Any]:
         return torch_function(*fns, **declaration)(handler)
 
     return declare
-
-
-def _no_out(label: Any, out: Any) -> None:
-    """``out=`` must be None (a handler's message gets its name from ``_renaming``)."""
-    if out is not None:
-        prefix = f"{label}: " if label else ""
-        raise TypeError(
-            f"{prefix}`out=` is not supported: RaggedArrays are immutable (use the result)."
-        )

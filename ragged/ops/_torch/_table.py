@@ -15,7 +15,12 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ... import _array, _registry
+from ..._array import RaggedArray
+from ..._torch_args import refuse_out
+from ..._versions import check_unchanged
 from .. import _pointwise as _pointwise
 from . import _handlers as _handlers
 from . import _tensor as _tensor
@@ -67,6 +72,41 @@ def _renaming(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
     return renaming
 
 
+_is_compiling = torch.compiler.is_compiling
+
+
+def _operand_name(position: int) -> str:
+    return ("input", "other")[position] if position < 2 else f"args[{position}]"
+
+
+def guarded(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
+    """``handler`` behind the checks of the torch door: ``out=`` is refused, and every
+    RaggedArray argument (also in a list or tuple) must be unchanged since it was built
+    (``ragged._versions``; eager only). Handlers declared ``checks=True`` do this themselves."""
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if kwargs and kwargs.get("out") is not None:
+            refuse_out(display_name(fn), kwargs["out"])
+        if not _is_compiling():
+            for k, value in enumerate(args):
+                check_arguments(fn, _operand_name(k), value)
+            for key, value in kwargs.items():
+                check_arguments(fn, key, value)
+        return handler(*args, **kwargs)
+
+    return checked
+
+
+def check_arguments(fn: Any, name: str, value: Any) -> None:
+    """Raise if ``value`` (a RaggedArray, or a list or tuple of them) was edited in place."""
+    if type(value) is RaggedArray:
+        check_unchanged(display_name(fn), value, names=(name, ""))
+    elif type(value) in (list, tuple):
+        for k, item in enumerate(value):
+            if type(item) is RaggedArray:
+                check_unchanged(display_name(fn), item, names=(f"{name}[{k}]", ""))
+
+
 def dispatch_table() -> dict[Any, Callable[..., Any]]:
     """torch function -> handler, for ``RaggedArray.__torch_function__``."""
     table: dict[Any, Callable[..., Any]] = {None: _unsupported}
@@ -77,10 +117,9 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
         for fn in entry.fns:
             if entry.handler is None:
                 table[fn] = _refused(fn, entry.hint)
-            elif entry.handler in _RENAMING:
-                table[fn] = _renaming(entry.handler, fn)
             else:
-                table[fn] = entry.handler
+                handler = entry.handler if entry.checks else guarded(entry.handler, fn)
+                table[fn] = _renaming(handler, fn) if entry.handler in _RENAMING else handler
     return table
 
 
@@ -94,8 +133,11 @@ def method_table() -> dict[str, Callable[..., Any]]:
         for name in entry.methods:
             handler = entry.handler
             assert handler is not None
-            if handler in _RENAMING:
-                handler = _renaming(handler, f"RaggedArray.{name}")
+            label = f"RaggedArray.{name}"
+            if not entry.checks:
+                handler = guarded(handler, label)
+            if entry.handler in _RENAMING:
+                handler = _renaming(handler, label)
             table[name] = handler
     return table
 
