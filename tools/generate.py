@@ -13,6 +13,12 @@ Usage: ``python tools/generate.py`` from the repository root. It writes
 * ``docs/torch.md``: the table of torch functions on RaggedArrays.
 
 ``tests/test_registry.py`` fails when any of them is out of date.
+
+The files that users import or type-check against (the re-exports, the stubs, the reference)
+come from the registry alone and are written first. ``docs/api.md`` and ``docs/torch.md`` also
+show what the tests prove (gradients, transforms, compile), so they read the op table
+(``tests/optable/``, imported after the registry's ops are reachable as ``ragged.<name>``);
+an op without an entry there stops with a message that names it and where its entry goes.
 """
 
 from __future__ import annotations
@@ -33,8 +39,7 @@ sys.path.insert(0, str(ROOT))
 import ragged  # noqa: E402
 import ragged.ops  # noqa: E402
 import ragged.testing  # noqa: E402  (declares its names)
-from ragged import _registry  # noqa: E402
-from tests.optable import all_ops  # noqa: E402
+from ragged import _registry, _torch_args  # noqa: E402
 
 YES, NO = "✓", "–"
 NAV_START, NAV_END = "# reference:start (tools/generate.py)", "# reference:end"
@@ -191,6 +196,56 @@ def render_mkdocs(current: str) -> str:
 # --- the support matrix -----------------------------------------------------------------------
 
 
+def op_table() -> dict[str, Any]:
+    """The first op-table entry of every declared op (``tests/optable/``), by qualified name.
+
+    A newly declared op is published as ``ragged.<name>`` (and ``ragged.ops.<name>``) first, as
+    the regenerated ``ragged/ops/__init__.py`` will, so its entry can name it in this process.
+    """
+    for spec in declared_ops():
+        if spec.namespace == "ragged":
+            for module in (ragged, ragged.ops):
+                if not hasattr(module, spec.name):
+                    setattr(module, spec.name, spec.obj)
+    optable = importlib.import_module("tests.optable")
+    table: dict[str, Any] = {}
+    for info in optable.all_ops():
+        table.setdefault(info.spec.qualname, info)
+    missing = [
+        f"{spec.qualname} (family {spec.family!r}): add an OpInfo to "
+        f"tests/optable/{_TABLE_MODULES.get(spec.family, spec.family)}.py"
+        for spec in declared_ops()
+        if spec.qualname not in table
+    ]
+    if missing:
+        raise SystemExit(
+            "tools/generate.py: ops without an op-table entry (docs/contributing.md, step 3):\n  "
+            + "\n  ".join(missing)
+        )
+    return table
+
+
+# Op family -> its table module in tests/optable/, where the names differ.
+_TABLE_MODULES = {
+    "normalization": "normalize",
+    "scans": "scan",
+    "sorting": "sort",
+    "sampling": "sample",
+    "combining": "combine",
+}
+
+
+def declared_ops() -> list[_registry.OpSpec]:
+    declared()
+    return _registry.ops()
+
+
+def all_ops() -> list[Any]:
+    """Every op-table entry (after the check that every declared op has one)."""
+    op_table()
+    return importlib.import_module("tests.optable").all_ops()
+
+
 def support_matrix() -> list[str]:
     entries = all_ops()
     lines = []
@@ -293,7 +348,7 @@ def _op_stub(name: str, spec: _registry.OpSpec) -> list[str]:
     parts: list[str] = []
     keyword_only = False
     for param in args.params[1:]:
-        if param.target == _registry.IGNORED:
+        if param.target == _torch_args.IGNORED:
             continue
         if param.variadic:
             parts.append(f"*{param.name}: Any")
@@ -302,13 +357,13 @@ def _op_stub(name: str, spec: _registry.OpSpec) -> list[str]:
         if not param.positional and not keyword_only:
             parts.append("*")
             keyword_only = True
-        if param.target == _registry.CAST:
+        if param.target == _torch_args.CAST:
             annotation = "torch.dtype | None"
         elif param.target is None:
             annotation = "Any"
         else:
             annotation = _annotation(signature.parameters[param.target].annotation)
-        default = "" if param.default is _registry.REQUIRED else f" = {param.default!r}"
+        default = "" if param.default is _torch_args.REQUIRED else f" = {param.default!r}"
         parts.append(f"{param.name}: {annotation}{default}")
     returns = _annotation(signature.return_annotation)
     if spec.rule.kind == "remove" and parts and parts[0].startswith("dim:"):
@@ -530,7 +585,7 @@ def _mapping(spec: _registry.OpSpec) -> str:
         f"`{p.name}`→`{p.target}`"
         for p in args.params
         if p.target
-        and p.target not in (_registry.CAST, _registry.IGNORED)
+        and p.target not in (_torch_args.CAST, _torch_args.IGNORED)
         and p.name != p.target
         and p is not args.params[0]
     ]
@@ -543,10 +598,7 @@ def _first_line(obj: object) -> str:
 
 def torch_rows() -> dict[str, list[tuple[str, str, str, bool, bool]]]:
     """Section -> rows (functions, meaning, ragged functions, grad, compile)."""
-    declared()
-    table: dict[str, Any] = {}
-    for op in all_ops():
-        table.setdefault(op.spec.qualname, op)  # the first entry of each op (tests/torchtable.py)
+    table = op_table()  # the first entry of each op (tests/torchtable.py)
     rows: dict[str, list[tuple[str, str, str, bool, bool]]] = {k: [] for k in TORCH_SECTIONS}
     for spec in _registry.ops():
         if not (spec.torch or spec.methods):
@@ -623,30 +675,46 @@ def render_torch_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def outputs() -> dict[Path, str]:
-    """Every generated file and its content."""
+def registry_outputs() -> dict[Path, str]:
+    """The generated files that come from the registry alone, and their content."""
     files = {
         ROOT / "ragged" / "ops" / "__init__.py": render_ops_init(),
-        ROOT / "docs" / "api.md": render_api(),
         ROOT / "mkdocs.yml": render_mkdocs((ROOT / "mkdocs.yml").read_text()),
         ROOT / "ragged" / "_tensor_methods.pyi": render_tensor_methods(),
-        ROOT / "docs" / "torch.md": render_torch_page(),
     }
     files.update({ROOT / path: text for path, text in render_reference().items()})
     return files
 
 
-def main() -> None:
-    reference = ROOT / "docs" / "reference"
-    reference.mkdir(exist_ok=True)
-    files = outputs()
-    for stale in set(reference.glob("*.md")) - set(files):
-        stale.unlink()
-        print(f"removed {stale.relative_to(ROOT)}")
+def table_outputs() -> dict[Path, str]:
+    """The generated pages that also show the op table's flags."""
+    return {
+        ROOT / "docs" / "api.md": render_api(),
+        ROOT / "docs" / "torch.md": render_torch_page(),
+    }
+
+
+def outputs() -> dict[Path, str]:
+    """Every generated file and its content."""
+    return {**registry_outputs(), **table_outputs()}
+
+
+def _write(files: dict[Path, str]) -> None:
     for path, text in files.items():
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
             print(f"wrote {path.relative_to(ROOT)}")
+
+
+def main() -> None:
+    reference = ROOT / "docs" / "reference"
+    reference.mkdir(exist_ok=True)
+    files = registry_outputs()
+    for stale in set(reference.glob("*.md")) - set(files):
+        stale.unlink()
+        print(f"removed {stale.relative_to(ROOT)}")
+    _write(files)
+    _write(table_outputs())
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ from .._array import RaggedArray
 from .._axes import KEEP, normalize_axis
 from .._errors import Func, type_error, value_error
 from .._partition import RowPartition
-from .._registry import op
+from .._registry import op, refuse
 from .._versions import check_unchanged
 from ..kernels._monoids import LOGSUMEXP, MAX, MIN, PROD, SUM, Monoid, dense_scan
 from ..kernels._scan import scan_rows
@@ -270,3 +270,13 @@ def logcumsumexp(
     [[0.0, 0.693..., 1.098...], [1.0]]
     """
     return _scan(logcumsumexp, LOGSUMEXP, x, axis, reverse, exclusive, float_only=True)
+
+
+refuse(
+    torch.cummax,
+    torch.cummin,
+    family="scans",
+    hint="torch's returns the indices too; ragged.cummax(x, axis) and ragged.cummin give the "
+    "running values",
+    see=("ragged.cummax", "ragged.cummin"),
+)

@@ -24,7 +24,7 @@ from ..._array import RaggedArray
 from ..._axes import DENSE_RESULT, NEW
 from ..._errors import Func, type_error, value_error
 from ..._partition import Partition, RowPartition
-from ..._registry import op
+from ..._registry import op, refuse
 from .._levels import view
 from ._axis import (
     check_flag,
@@ -225,3 +225,11 @@ def last(x: RaggedArray, *, fill_value: Any = None, axis: int | str = 1) -> Tens
     tensor([ 2, -1,  3])
     """
     return _end(last, x, fill_value, axis, last=True)
+
+
+refuse(
+    torch.nn.functional.pad,
+    family="indexing",
+    hint="ragged.pad pads every segment",
+    see=("ragged.pad",),
+)

@@ -33,7 +33,7 @@ from ..._axes import NEW, TAKE, normalize_axis
 from ..._broadcast import same_partition
 from ..._errors import Func, name_of, type_error, typename, value_error
 from ..._partition import Partition, RowPartition, length_stats
-from ..._registry import op
+from ..._registry import op, refuse
 from ...kernels._segment import Segments, segment_sum
 from ._axis import filter_plan, same_upper, take_dense, take_ragged
 
@@ -402,3 +402,31 @@ def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     new = RowPartition(offsets, counts, level.row_ids[source], longest, squares)
     partition = Partition((*levels[:-1], new))
     return RaggedArray(x.values.index_select(0, source), partition, x.axes)
+
+
+# torch indexing functions that a RaggedArray refuses, and the ragged ops to use instead.
+refuse(
+    torch.nonzero,
+    torch.masked_select,
+    family="indexing",
+    hint="ragged.filter(x, mask) keeps the rows where a RaggedArray mask is True",
+    see=("ragged.filter",),
+)
+refuse(
+    torch.gather,
+    torch.index_select,
+    torch.take,
+    torch.take_along_dim,
+    family="indexing",
+    hint="ragged.take(x, indices, axis) takes rows within each segment",
+    see=("ragged.take",),
+)
+refuse(
+    torch.reshape,
+    torch.permute,
+    torch.movedim,
+    family="indexing",
+    hint="the ragged axis has per-segment sizes; reshape the rows with ragged.map(lambda v: "
+    "v.reshape(...), x)",
+    see=("ragged.map",),
+)
