@@ -34,6 +34,7 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._errors import Func, type_error, typename, value_error
+from .._factories_dense import register_array_source
 from .._partition import Partition, RowPartition
 from .._registry import public
 
@@ -303,3 +304,6 @@ def to_awkward(x: RaggedArray) -> Any:
         offsets = level.offsets.detach().cpu().numpy().copy()
         content = ak.contents.ListOffsetArray(ak.index.Index64(offsets), content)
     return ak.Array(content)
+
+
+register_array_source(is_awkward, from_awkward)  # ragged.array(awkward_array)
