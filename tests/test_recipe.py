@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BLOCK = re.compile(r"<!-- recipe: (new|append|delete) (\S+) -->\n```python\n(.*?)```", re.S)
+BLOCK = re.compile(
+    r"<!-- recipe: (new|append|delete) (\S+) -->\n```(?:python|text)\n(.*?)```", re.S
+)
 
 CHECK = """
 import math
@@ -64,6 +66,7 @@ def _copy(tmp: Path) -> None:
 
 def _apply(tmp: Path, recipe: str) -> list[str]:
     done = []
+    # Lines to delete are a ``text`` block (ruff formats ``python`` blocks in markdown).
     for action, path, code in BLOCK.findall(recipe):
         target = tmp / path
         if action == "new":
