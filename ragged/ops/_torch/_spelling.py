@@ -215,10 +215,32 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
             return op(*[call.pop(t) for t in variadic_targets], *rest, **call)
         return op(**call)
 
+    # The keyword fast path (``torch.sum(x, dim=1)``): after a direct positional prefix, each
+    # keyword that only renames an op parameter (not one the prefix gave, not a bool spelling
+    # of a number) passes straight through under the op's name.
+    renamed = {
+        p.name: p.target
+        for p in params
+        if p.target in ours and p.target not in numbers and not p.variadic
+    }
+    for target in list(renamed.values()):
+        renamed.setdefault(target, target)  # the op's own names are accepted too
+    taken = {n: frozenset(p.target for p in lead[:n]) for n in direct}
+
     def handler(*call_args: Any, **kwargs: Any) -> Any:
         try:
-            if not kwargs and len(call_args) in direct:
-                return op(*call_args)
+            n = len(call_args)
+            if n in direct:
+                if not kwargs:
+                    return op(*call_args)
+                fast = {}
+                for key, value in kwargs.items():
+                    target = renamed.get(key)
+                    if target is None or target in taken[n] or target in fast:
+                        break
+                    fast[target] = value
+                else:
+                    return op(*call_args, **fast)
             return translate(call_args, kwargs)
         except _ERRORS as error:
             new = _renamed(error, prefixes, display_name(name), renames)
