@@ -18,7 +18,7 @@ from ..._registry import op
 from ...kernels._segment import Segments, segment_amax, segment_amin, segment_sum
 from ...kernels._segment_softmax import segment_logsumexp
 from ...kernels._segment_stats import segment_var
-from ._reduce import _ARGS, Axis, _float_only, reduce
+from ._reduce import _ARGS, Axis, reduce
 from ._typing import moment, reduction
 from ._typing import norm as typed_norm
 
@@ -47,8 +47,6 @@ def logsumexp(
     tensor([0.6931,   -inf, 1.0000])
     """
     func = logsumexp
-    _float_only(func, x)
-
     return reduce(
         func,
         x,
@@ -58,6 +56,7 @@ def logsumexp(
         segment_fn=segment_logsumexp,
         dense_fn=lambda v, d, k: torch.logsumexp(v, d, keepdim=k),
         empty=float("-inf"),
+        floating=True,
     )
 
 
@@ -91,7 +90,6 @@ def var(
     tensor([1., nan, 0.])
     """
     func = var
-    _float_only(func, x)
     return reduce(
         func,
         x,
@@ -101,6 +99,7 @@ def var(
         segment_fn=lambda v, s: segment_var(v, s, correction),
         dense_fn=lambda v, d, k: _dense_var(v, d, k, correction),
         empty=float("nan"),
+        floating=True,
     )
 
 
@@ -142,7 +141,6 @@ def std(
     tensor([1., 0.])
     """
     func = std
-    _float_only(func, x)
     return reduce(
         func,
         x,
@@ -152,6 +150,7 @@ def std(
         segment_fn=lambda v, s: _safe_root(segment_var(v, s, correction), 2.0),
         dense_fn=lambda v, d, k: _safe_root(_dense_var(v, d, k, correction), 2.0),
         empty=float("nan"),
+        floating=True,
     )
 
 
@@ -189,7 +188,6 @@ def norm(
     (tensor([5., 0., 1.]), tensor([7., 0., 1.]), tensor([4., 0., 1.]))
     """
     func = norm
-    _float_only(func, x)
     if not isinstance(ord, (int, float)) or isinstance(ord, bool):
         raise type_error(func, "ord", "must be a number", type(ord).__name__)
     p = float(ord)
@@ -217,4 +215,5 @@ def norm(
         segment_fn=segment_fn,
         dense_fn=lambda v, d, k: torch.linalg.vector_norm(v, p, d, keepdim=k),
         empty=0.0,
+        floating=True,
     )
