@@ -1,4 +1,5 @@
-"""Reductions with a numerical twist: ``logsumexp``, ``var``, ``std``, ``norm``.
+"""Reductions with a numerical twist: ``logsumexp``, ``var``, ``std``, ``norm``, and the
+NaN-ignoring ``nansum`` and ``nanmean``.
 
 They use the driver of ``ragged.ops._reductions._reduce`` (same axis rules and empty-segment handling);
 see its docstring.
@@ -215,5 +216,98 @@ def norm(
         segment_fn=segment_fn,
         dense_fn=lambda v, d, k: torch.linalg.vector_norm(v, p, d, keepdim=k),
         empty=0.0,
+        floating=True,
+    )
+
+
+# --- nansum, nanmean: NaN counts as missing ---------------------------------------------------
+
+
+def omit_nan(values: Tensor) -> tuple[Tensor, Tensor]:
+    """``values`` with NaN replaced by 0, and the mask of the entries kept (not NaN), in the
+    values' dtype. The gradient at a NaN entry is 0, as for ``torch.nansum``.
+
+    >>> omit_nan(torch.tensor([1.0, float("nan")]))
+    (tensor([1., 0.]), tensor([1., 0.]))
+    """
+    kept = ~torch.isnan(values)
+    return torch.where(kept, values, 0.0), kept.to(values.dtype)
+
+
+def _nansum_segments(values: Tensor, segments: Segments) -> Tensor:
+    return segment_sum(omit_nan(values)[0], segments)
+
+
+def _nanmean_segments(values: Tensor, segments: Segments) -> Tensor:
+    zeroed, kept = omit_nan(values)
+    return segment_sum(zeroed, segments) / segment_sum(kept, segments)
+
+
+def _nanmean_dense(v: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
+    zeroed, kept = omit_nan(v)
+    return torch.sum(zeroed, dims, keepdim=keep) / torch.sum(kept, dims, keepdim=keep)
+
+
+@reduction
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.nansum,),
+    methods=("nansum",),
+    torch_args="input, dim=None, keepdim=False, *, dtype=None",
+    checks=True,
+)
+def nansum(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Sum over ``axis`` treating NaN as zero (as ``torch.nansum``); empty segments give 0.
+
+    >>> import ragged
+    >>> ragged.nansum(ragged.array([[1.0, float("nan")], [], [float("nan")]]), axis=1)
+    tensor([1., 0., 0.])
+    """
+    return reduce(
+        nansum,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=_nansum_segments,
+        dense_fn=lambda v, d, k: torch.sum(omit_nan(v)[0], d, keepdim=k),
+        empty=0,
+        floating=True,
+    )
+
+
+@reduction
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.nanmean,),
+    methods=("nanmean",),
+    torch_args="input, dim=None, keepdim=False, *, dtype=None",
+    checks=True,
+)
+def nanmean(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Mean of the values that are not NaN over ``axis`` (as ``torch.nanmean``); a segment
+    with no such value (empty, or all NaN) gives NaN (or ``fill_value`` where empty).
+
+    >>> import ragged
+    >>> ragged.nanmean(ragged.array([[1.0, float("nan"), 3.0], [], [float("nan")]]), axis=1)
+    tensor([2., nan, nan])
+    """
+    return reduce(
+        nanmean,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=_nanmean_segments,
+        dense_fn=_nanmean_dense,
+        empty=float("nan"),
         floating=True,
     )

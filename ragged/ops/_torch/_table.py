@@ -83,8 +83,6 @@ refuse(
     torch.nanmedian,
     torch.quantile,
     torch.mode,
-    torch.nansum,
-    torch.nanmean,
     family="reductions",
     hint="no ragged op: per segment, e.g. ragged.vmap(lambda s: torch.median(s, 0).values)(x)",
     see=("ragged.vmap",),
