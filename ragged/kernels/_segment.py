@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -74,7 +74,7 @@ _CHUNK_BYTES = 16 << 20
 _LONG_ROWS = 512  # eager composite sums of more rows accumulate float32 in float64
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class Segments:
     """How the rows of a values tensor group for an op along a ragged axis.
 
@@ -91,14 +91,20 @@ class Segments:
     offsets: Tensor | None = None
 
 
+COMPOSITE = "composite"  # torch ops that every transform and torch.compile see through
+FUNCTION = "function"  # the autograd.Function on chunked torch ops (no native kernel)
+NATIVE_FUNCTION = "native function"  # the autograd.Function on the native kernels
+NATIVE = "native"  # the native kernel called directly: nothing to differentiate
+
+
 def use_fast_path(values: Tensor, kind: str = "reduce", offsets: Tensor | None = None) -> bool:
-    """Whether to take the eager fast path for ``values`` (never while compiling).
+    """Whether ``values`` is large enough for the eager fast path (never while compiling).
 
     ``kind`` is "reduce" (one output row per segment), "rows" (one per row: softmax and
     log-softmax, and logsumexp, whose composite is as long) or "scan" (a scan that the native
     kernel computes), for the size from which the native kernels pay. Pass the groups'
     ``offsets`` (``None`` where they are not contiguous runs of rows) to let smaller inputs
-    take the native kernels from a number of rows.
+    take the native kernels from a number of rows. Segment kernels ask :func:`eager_path`.
     """
     # Check compiling first: the size may be data-dependent (unbacked) inside a compiled graph.
     if torch.compiler.is_compiling():
@@ -116,18 +122,36 @@ def use_fast_path(values: Tensor, kind: str = "reduce", offsets: Tensor | None =
     return rows >= (_NATIVE_MIN_ROWS if native.differentiable(values) else _DIRECT_MIN_ROWS)[kind]
 
 
-def _native_rows(values: Tensor, offsets: Tensor | None, *others: Tensor | None) -> bool:
-    """Whether the native kernels run: contiguous groups and plain float CPU tensors."""
+def native_runs(values: Tensor, offsets: Tensor | None, *others: Tensor | None) -> bool:
+    """Whether the native kernels can run: contiguous groups (``offsets``) and plain float CPU
+    tensors (``values`` and ``others``, the saved output and incoming gradient of a backward)."""
     return offsets is not None and native.usable(values, *others)
 
 
-def _direct(values: Tensor, offsets: Tensor | None) -> Tensor | None:
-    """The offsets, if the native kernel can run without an ``autograd.Function``: nothing to
-    differentiate (no grad, no tangent, no functorch wrapper). The Function costs 20-50 us per
-    call (``apply`` binds its arguments with ``inspect``)."""
-    if offsets is not None and native.usable(values) and not native.differentiable(values):
-        return offsets
-    return None
+def eager_path(values: Tensor, kind: str = "reduce", offsets: Tensor | None = None) -> str:
+    """The one decision of how a segment kernel runs on ``values``: :data:`COMPOSITE` (small
+    inputs, and always while compiling), :data:`NATIVE` (the native kernel called directly:
+    nothing to differentiate, no grad, tangent or functorch wrapper; an ``autograd.Function``
+    costs 20-50 us per call, ``apply`` binds its arguments with ``inspect``),
+    :data:`NATIVE_FUNCTION` (the Function, whose passes run the native kernels) or
+    :data:`FUNCTION` (the Function on chunked torch ops). ``kind`` and ``offsets`` as for
+    :func:`use_fast_path`.
+
+    >>> eager_path(torch.zeros(4, 8), "reduce", torch.tensor([0, 4]))
+    'composite'
+    """
+    if torch.compiler.is_compiling():
+        return COMPOSITE
+    # Tiny inputs, decided first: this runs on every eager call of a segment kernel.
+    if values.numel() < _NATIVE_MIN_NUMEL[kind] and (
+        offsets is None or values.shape[0] < _DIRECT_MIN_ROWS[kind]
+    ):
+        return COMPOSITE
+    if not use_fast_path(values, kind, offsets):
+        return COMPOSITE
+    if not native_runs(values, offsets):
+        return FUNCTION
+    return NATIVE_FUNCTION if native.differentiable(values) else NATIVE
 
 
 def _chunks(rows: int, row_numel: int, itemsize: int) -> Iterator[slice]:
@@ -190,17 +214,27 @@ def segment_sum(values: Tensor, segments: Segments) -> Tensor:
     >>> segment_sum(torch.tensor([1.0, 2.0, 3.0]), Segments(ids, 3, torch.tensor([2, 0, 1])))
     tensor([3., 0., 3.])
     """
-    if use_fast_path(values, "reduce", segments.offsets):
-        if (offsets := _direct(values, segments.offsets)) is not None:
-            return native.segment_sum(values, offsets)
+    return sum_on_path(eager_path(values, "reduce", segments.offsets), values, segments)
+
+
+def sum_on_path(path: str, values: Tensor, segments: Segments) -> Tensor:
+    """:func:`segment_sum` on a ``path`` that :func:`eager_path` chose for ``values``."""
+    if path is NATIVE:
+        return native.segment_sum(values, cast(Tensor, segments.offsets))
+    if path is not COMPOSITE:
         return _SegmentSum.apply(values, segments.ids, segments.num, segments.offsets)
-    acc = values.dtype
+    dtype = values.dtype
+    acc = dtype
     if torch.compiler.is_compiling() or values.shape[0] > _LONG_ROWS:
         acc = _accumulator(values)
-    shape = (segments.num, *values.shape[1:])
-    if acc == values.dtype:  # no-op .to() calls and a dtype argument: half a tiny sum's time
-        return values.new_zeros(shape).index_add(0, segments.ids, values)
-    zeros = values.new_zeros(shape, dtype=acc)
+    if acc == dtype:  # no-op .to() calls and a dtype argument: half a tiny sum's time
+        # Sizes as ints, not a tuple: a third of a tiny sum's time goes to parsing them.
+        if values.dim() == 2:
+            zeros = values.new_zeros(segments.num, values.shape[1])
+        else:
+            zeros = values.new_zeros(segments.num, *values.shape[1:])
+        return zeros.index_add(0, segments.ids, values)
+    zeros = values.new_zeros((segments.num, *values.shape[1:]), dtype=acc)
     return zeros.index_add(0, segments.ids, values.to(acc)).to(values.dtype)
 
 
@@ -214,22 +248,23 @@ def segment_mean(values: Tensor, segments: Segments) -> Tensor:
     >>> segment_mean(torch.tensor([1.0, 2.0, 3.0]), s)
     tensor([1.5000,    nan, 3.0000])
     """
-    if (
-        use_fast_path(values, "reduce", segments.offsets)
-        and (offsets := _direct(values, segments.offsets)) is not None
-    ):
-        return native.segment_sum(values, offsets, mean=True)
+    path = eager_path(values, "reduce", segments.offsets)
+    if path is NATIVE:
+        return native.segment_sum(values, cast(Tensor, segments.offsets), mean=True)
     # An empty group's (infinite) local derivative reaches no row: it has none.
-    counts = segments.counts.view(-1, *[1] * (values.dim() - 1))
-    return segment_sum(values, segments) / counts
+    counts = segments.counts
+    if values.dim() == 2:
+        counts = counts.view(-1, 1)
+    elif values.dim() > 2:
+        counts = counts.view(-1, *[1] * (values.dim() - 1))
+    return sum_on_path(path, values, segments) / counts
 
 
 class _SegmentSum(torch.autograd.Function):
     @staticmethod
     def forward(values: Tensor, ids: Tensor, num: int, offsets: Tensor | None) -> Tensor:
-        if _native_rows(values, offsets):
-            assert offsets is not None
-            return native.segment_sum(values, offsets)
+        if native_runs(values, offsets):
+            return native.segment_sum(values, cast(Tensor, offsets))
         total = values.new_zeros((num, *values.shape[1:]), dtype=_accumulator(values))
         return _index_add_chunked(total, ids, values).to(values.dtype)
 
@@ -284,9 +319,10 @@ def segment_amin(values: Tensor, segments: Segments, fill: float | int | bool) -
 
 
 def _extreme(values: Tensor, segments: Segments, fill: Any, largest: bool) -> Tensor:
-    if use_fast_path(values, "reduce", segments.offsets):
-        if (offsets := _direct(values, segments.offsets)) is not None:
-            return native.segment_extreme(values, offsets, float(fill), largest)
+    path = eager_path(values, "reduce", segments.offsets)
+    if path is NATIVE:
+        return native.segment_extreme(values, cast(Tensor, segments.offsets), float(fill), largest)
+    if path is not COMPOSITE:
         return _SegmentExtreme.apply(
             values, segments.ids, segments.counts, segments.offsets, fill, largest
         )
@@ -305,9 +341,8 @@ class _SegmentExtreme(torch.autograd.Function):
         fill: float | int | bool,
         largest: bool,
     ) -> Tensor:
-        if _native_rows(values, offsets):
-            assert offsets is not None
-            return native.segment_extreme(values, offsets, float(fill), largest)
+        if native_runs(values, offsets):
+            return native.segment_extreme(values, cast(Tensor, offsets), float(fill), largest)
         identity = lowest(values.dtype) if largest else highest(values.dtype)
         out = _fill_tensor(values, counts.shape[0], identity)
         how = "amax" if largest else "amin"
@@ -328,7 +363,7 @@ class _SegmentExtreme(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         values, ids, _counts, output = (t.detach() for t in ctx.saved_tensors)
         none = (None,) * 5
-        if not torch.is_grad_enabled() and _native_rows(values, ctx.offsets, output, grad):
+        if not torch.is_grad_enabled() and native_runs(values, ctx.offsets, output, grad):
             return native.segment_extreme_backward(values, ctx.offsets, output, grad), *none
         parts = list(_chunks(values.shape[0], _row_numel(values), values.element_size()))
         attained = torch.empty(values.shape, dtype=torch.bool, device=values.device)

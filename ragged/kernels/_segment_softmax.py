@@ -7,27 +7,28 @@ they run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from . import _native as native
 from ._segment import (
+    COMPOSITE,
+    NATIVE,
     Segments,
     _accumulator,
     _chunks,
-    _direct,
     _index_add_chunked,
-    _native_rows,
     _row_numel,
     _rows_first,
     _sum_out_of_place,
+    eager_path,
     gather,
     gather_rows,
+    native_runs,
     segment_amax,
     segment_sum,
-    use_fast_path,
 )
 
 # --- segment softmax --------------------------------------------------------------------------
@@ -51,9 +52,10 @@ def segment_softmax(values: Tensor, segments: Segments, *, log: bool = False) ->
     >>> segment_softmax(torch.tensor([0.0, 0.0, 5.0]), s)
     tensor([0.5000, 0.5000, 1.0000])
     """
-    if use_fast_path(values, "rows", segments.offsets) and values.is_floating_point():
-        if (offsets := _direct(values, segments.offsets)) is not None:
-            return native.segment_softmax(values, offsets, log)
+    path = eager_path(values, "rows", segments.offsets)
+    if path is not COMPOSITE and values.is_floating_point():
+        if path is NATIVE:
+            return native.segment_softmax(values, cast(Tensor, segments.offsets), log)
         return _SegmentSoftmax.apply(values, segments.ids, segments.counts, segments.offsets, log)
     shifted = values - gather(_stable_max(values, segments), segments)
     exp = shifted.exp()
@@ -68,9 +70,8 @@ class _SegmentSoftmax(torch.autograd.Function):
     def forward(
         values: Tensor, ids: Tensor, counts: Tensor, offsets: Tensor | None, log: bool
     ) -> Tensor:
-        if _native_rows(values, offsets):
-            assert offsets is not None
-            return native.segment_softmax(values, offsets, log)
+        if native_runs(values, offsets):
+            return native.segment_softmax(values, cast(Tensor, offsets), log)
         segments = Segments(ids, counts.shape[0], counts, offsets)
         shift = _stable_max(values, segments)
         out = shift.index_select(0, ids)
@@ -103,7 +104,7 @@ class _SegmentSoftmax(torch.autograd.Function):
         none = (None,) * 4
         if torch.is_grad_enabled():  # double backward: build the graph from composite ops
             return _softmax_vjp(grad, out, segments, ctx.log), *none
-        if _native_rows(out, ctx.offsets, grad):
+        if native_runs(out, ctx.offsets, grad):
             return native.segment_softmax_backward(out, ctx.offsets, grad, ctx.log), *none
         # Buffers written in place derive from `grad`, so this also runs batched (vmap).
         parts = list(_chunks(out.shape[0], _row_numel(out), out.element_size()))
@@ -158,9 +159,10 @@ def segment_logsumexp(values: Tensor, segments: Segments) -> Tensor:
     >>> segment_logsumexp(torch.tensor([0.0, 0.0, 5.0]), s)
     tensor([0.6931,   -inf, 5.0000])
     """
-    if use_fast_path(values, "rows", segments.offsets) and values.is_floating_point():
-        if (offsets := _direct(values, segments.offsets)) is not None:
-            return native.segment_logsumexp(values, offsets)
+    path = eager_path(values, "rows", segments.offsets)
+    if path is not COMPOSITE and values.is_floating_point():
+        if path is NATIVE:
+            return native.segment_logsumexp(values, cast(Tensor, segments.offsets))
         return _SegmentLogsumexp.apply(values, segments.ids, segments.counts, segments.offsets)
     peak = _stable_max(values, segments)
     return segment_sum((values - gather(peak, segments)).exp(), segments).log() + peak
@@ -169,9 +171,8 @@ def segment_logsumexp(values: Tensor, segments: Segments) -> Tensor:
 class _SegmentLogsumexp(torch.autograd.Function):
     @staticmethod
     def forward(values: Tensor, ids: Tensor, counts: Tensor, offsets: Tensor | None) -> Tensor:
-        if _native_rows(values, offsets):
-            assert offsets is not None
-            return native.segment_logsumexp(values, offsets)
+        if native_runs(values, offsets):
+            return native.segment_logsumexp(values, cast(Tensor, offsets))
         peak = _stable_max(values, Segments(ids, counts.shape[0], counts, offsets))
         total = torch.zeros_like(peak, dtype=_accumulator(peak))
         for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
@@ -194,7 +195,7 @@ class _SegmentLogsumexp(torch.autograd.Function):
             weights = (values - output.index_select(0, ids)).exp()
             return weights * gather_rows(grad, ids), *none
         values, output = values.detach(), output.detach()
-        if _native_rows(values, ctx.offsets, output, grad):
+        if native_runs(values, ctx.offsets, output, grad):
             return native.segment_logsumexp_backward(values, ctx.offsets, output, grad), *none
         # d lse / d x = softmax(x): scale the gathered gradient in place, chunk by chunk. The
         # buffer derives from `grad`, so this also runs batched (vmap over gradients).

@@ -7,22 +7,22 @@ native moments kernel where it runs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from . import _native as native
 from ._segment import (
+    NATIVE,
+    NATIVE_FUNCTION,
     Segments,
-    _direct,
     _expand_ids,
-    _native_rows,
     _rows_first,
+    eager_path,
     gather,
     gather_rows,
     segment_sum,
-    use_fast_path,
 )
 
 # --- segment variance -------------------------------------------------------------------------
@@ -36,10 +36,11 @@ def segment_var(values: Tensor, segments: Segments, correction: int | float) -> 
     >>> segment_var(torch.tensor([1.0, 3.0, 2.0]), s, 0)
     tensor([1., nan, 0.])
     """
-    if use_fast_path(values, "reduce", segments.offsets) and _native_rows(values, segments.offsets):
-        if (offsets := _direct(values, segments.offsets)) is not None:
-            _, squares = native.segment_moments(values, offsets)
-            return _per_dof(squares, _counts_like(segments.counts, values), correction)
+    path = eager_path(values, "reduce", segments.offsets)
+    if path is NATIVE:
+        _, squares = native.segment_moments(values, cast(Tensor, segments.offsets))
+        return _per_dof(squares, _counts_like(segments.counts, values), correction)
+    if path is NATIVE_FUNCTION:
         args = (values, segments.ids, segments.counts, segments.offsets, correction)
         return _SegmentVar.apply(*args)[0]
     count = _counts_like(segments.counts, values)

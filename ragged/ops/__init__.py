@@ -68,6 +68,8 @@ from ._reductions._reduce import min as min
 from ._reductions._reduce import prod as prod
 from ._reductions._reduce import sum as sum
 from ._reductions._statistics import logsumexp as logsumexp
+from ._reductions._statistics import nanmean as nanmean
+from ._reductions._statistics import nansum as nansum
 from ._reductions._statistics import norm as norm
 from ._reductions._statistics import std as std
 from ._reductions._statistics import var as var
@@ -142,6 +144,8 @@ __all__ = [
     "min",
     "minimum",
     "multiply",
+    "nanmean",
+    "nansum",
     "ne",
     "negative",
     "norm",

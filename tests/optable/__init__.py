@@ -101,6 +101,15 @@ class OpInfo:
             random projection instead of column by column), for ops whose many samples would
             take tens of seconds in full (attention, pair maps); the full check runs on the
             first sample.
+        nan_policy: what a NaN in a segment does (``tests/optable/values.py`` checks it, and
+            runs the samples with NaN, infinities, signed zeros and large magnitudes against
+            the reference): "propagate" (the segment's result holds a NaN), "omit" (NaN counts
+            as missing: a segment with a number in every reduced column has no NaN result) or
+            "value" (torch gives NaN a defined result: comparisons, truthiness, indices,
+            ``1 ** nan``); ``None``: no value policy declared.
+        identity: a reduction's result for an empty segment (``None``: not a reduction).
+        extreme_reference: the reference on extreme values where the op decides otherwise
+            than torch on purpose (documented in ``docs/semantics.md``); ``None``: ``reference``.
     """
 
     name: str
@@ -123,6 +132,9 @@ class OpInfo:
     levels_compile: bool | None = None
     levels_reason: str = ""
     fast_gradcheck: bool = False
+    nan_policy: str | None = None
+    identity: Any = None
+    extreme_reference: Callable[..., Any] | None = None
 
     @property
     def id(self) -> str:

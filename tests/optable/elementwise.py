@@ -157,22 +157,45 @@ def keepdims_levels(
 
 
 OPS = [
-    binary("add", tensors(torch.add)),
-    binary("subtract", tensors(torch.sub), levels=keepdims_levels, levels_compile=False),
-    binary("multiply", tensors(torch.mul)),
-    binary("divide", tensors(torch.true_divide), samples=binary_samples(positive=True)),
-    binary("power", tensors(torch.pow), samples=binary_samples(positive=True, exponent=True)),
-    binary("maximum", tensors(torch.maximum)),
-    binary("minimum", tensors(torch.minimum)),
+    binary("add", tensors(torch.add), nan_policy="propagate"),
+    binary(
+        "subtract",
+        tensors(torch.sub),
+        levels=keepdims_levels,
+        levels_compile=False,
+        nan_policy="propagate",
+    ),
+    binary("multiply", tensors(torch.mul), nan_policy="propagate"),
+    binary(
+        "divide",
+        tensors(torch.true_divide),
+        samples=binary_samples(positive=True),
+        nan_policy="propagate",
+    ),
+    binary(
+        "power",
+        tensors(torch.pow),
+        samples=binary_samples(positive=True, exponent=True),
+        nan_policy="value",  # nan ** 0 and 1 ** nan are 1
+    ),
+    binary("maximum", tensors(torch.maximum), nan_policy="propagate"),
+    binary("minimum", tensors(torch.minimum), nan_policy="propagate"),
     binary(
         "floor_divide",
         tensors(torch.floor_divide),
         samples=binary_samples(positive=True),
+        nan_policy="propagate",
         **NO_GRAD,
     ),
-    binary("remainder", tensors(torch.remainder), samples=binary_samples(positive=True), **NO_GRAD),
+    binary(
+        "remainder",
+        tensors(torch.remainder),
+        samples=binary_samples(positive=True),
+        nan_policy="propagate",
+        **NO_GRAD,
+    ),
     *[
-        binary(n, tensors(getattr(torch, n)), **NO_GRAD)
+        binary(n, tensors(getattr(torch, n)), nan_policy="value", **NO_GRAD)
         for n in ("eq", "ne", "lt", "le", "gt", "ge")
     ],
     *[
@@ -183,8 +206,8 @@ OPS = [
         binary(n, tensors(getattr(torch, n)), samples=int_samples(), **NO_GRAD)
         for n in ("bitwise_and", "bitwise_or", "bitwise_xor")
     ],
-    OpInfo("negative", ragged.negative, torch.neg, unary_samples()),
-    OpInfo("abs", ragged.abs, torch.abs, unary_samples()),
+    OpInfo("negative", ragged.negative, torch.neg, unary_samples(), nan_policy="propagate"),
+    OpInfo("abs", ragged.abs, torch.abs, unary_samples(), nan_policy="propagate"),
     OpInfo(
         "bitwise_not",
         ragged.bitwise_not,

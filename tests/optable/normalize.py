@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -18,6 +20,24 @@ def _softmax_reference(log: bool) -> Any:
     def reference(segment: torch.Tensor, axis: Any) -> torch.Tensor:
         (dim,) = segment_dims(axis)
         return (torch.log_softmax if log else torch.softmax)(segment, dim)
+
+    return reference
+
+
+def _softmax_extremes(log: bool) -> Any:
+    """torch's softmax, except along the ragged axis where a column holds ``+inf`` and no NaN:
+    the infinite entries take all the mass (``inf / inf``: NaN) and the others get 0 (log:
+    ``-inf``), where torch gives NaN to the whole column (``docs/semantics.md``)."""
+    torch_reference = _softmax_reference(log)
+
+    def reference(segment: torch.Tensor, axis: Any) -> torch.Tensor:
+        out = torch_reference(segment, axis)
+        if segment_dims(axis) != (0,):
+            return out
+        infinite = segment == math.inf
+        takes = infinite.any(0, keepdim=True) & ~torch.isnan(segment).any(0, keepdim=True)
+        mass = torch.where(infinite, math.nan, -math.inf if log else 0.0)
+        return torch.where(takes, mass.to(out.dtype), out)
 
     return reference
 
@@ -153,6 +173,7 @@ OPS = [
         errors=_axis_errors(ragged.softmax, "softmax"),
         long_segment=True,
         levels=column_levels(_softmax_reference(log=False), [{}]),
+        extreme_reference=_softmax_extremes(log=False),
     ),
     OpInfo(
         "log_softmax",
@@ -162,6 +183,7 @@ OPS = [
         errors=_axis_errors(ragged.log_softmax, "log_softmax"),
         long_segment=True,
         levels=column_levels(_softmax_reference(log=True), [{}]),
+        extreme_reference=_softmax_extremes(log=True),
     ),
     OpInfo(
         "layer_norm",
@@ -201,3 +223,6 @@ OPS = [
         long_segment=True,
     ),
 ]
+# Every normalisation propagates NaN: a NaN in a segment (a column of it, along the ragged
+# axis) makes its normaliser NaN.
+OPS = [dataclasses.replace(info, nan_policy="propagate") for info in OPS]

@@ -168,7 +168,15 @@ def _bool(op: Any) -> Any:
     return fn
 
 
-def entry(name: str, fn: Any, empty: Any, *, float_only: bool = True, **kw: Any) -> OpInfo:
+def entry(
+    name: str,
+    fn: Any,
+    empty: Any,
+    *,
+    float_only: bool = True,
+    nan_policy: str = "propagate",
+    **kw: Any,
+) -> OpInfo:
     op = getattr(ragged, name)
     errs = errors(op, name) + ([float_error(op, name)] if float_only else [])
     samples = kw.pop("samples", standard_samples())
@@ -183,6 +191,8 @@ def entry(name: str, fn: Any, empty: Any, *, float_only: bool = True, **kw: Any)
         levels=levels,
         # A kept axis after a reduced one (axis 1 of a nested array) reads the result's sizes.
         levels_compile=False,
+        nan_policy=nan_policy,
+        identity=empty,
         **kw,
     )
 
@@ -196,6 +206,20 @@ OPS = [
         "sum", lambda t, d, k: torch.sum(t, d, keepdim=k), 0, float_only=False, long_segment=True
     ),
     entry("mean", lambda t, d, k: torch.mean(t, d, keepdim=k), math.nan, long_segment=True),
+    entry(
+        "nansum",
+        lambda t, d, k: torch.nansum(t, d, keepdim=k),
+        0,
+        nan_policy="omit",
+        long_segment=True,
+    ),
+    entry(
+        "nanmean",
+        lambda t, d, k: torch.nanmean(t, d, keepdim=k),
+        math.nan,
+        nan_policy="omit",
+        long_segment=True,
+    ),
     entry("prod", _prod, 1, float_only=False),
     entry("amax", lambda t, d, k: torch.amax(t, d, keepdim=k), -math.inf, float_only=False),
     entry("amin", lambda t, d, k: torch.amin(t, d, keepdim=k), math.inf, float_only=False),
@@ -241,6 +265,8 @@ OPS = [
             variant=f"ord{o}",
             levels=reduction_levels(reduction_reference(_norm(o), 0.0)),
             levels_compile=False,
+            nan_policy="propagate",
+            identity=0.0,
         )
         for o in (2, 1, math.inf, 3)
     ],
@@ -252,6 +278,7 @@ OPS = [
         grad=False,
         samples=standard_samples(fill=None, inputs="ints"),
         levels={"fill": None, "inputs": "ints"},
+        nan_policy="value",  # NaN is nonzero: true, counted
     ),
     entry(
         "all",
@@ -261,6 +288,7 @@ OPS = [
         grad=False,
         samples=standard_samples(fill=None, inputs="ints"),
         levels={"fill": None, "inputs": "ints"},
+        nan_policy="value",  # NaN is nonzero: true, counted
     ),
     entry(
         "count_nonzero",
@@ -270,6 +298,7 @@ OPS = [
         grad=False,
         samples=standard_samples(fill=None, inputs="ints"),
         levels={"fill": None, "inputs": "ints"},
+        nan_policy="value",  # NaN is nonzero: true, counted
     ),
 ]
 
@@ -297,7 +326,8 @@ def _arg_reference(largest: bool) -> Any:
             return torch.full(shape, -1 if fill_value is None else fill_value, dtype=torch.int64)
         # first occurrence of the extreme value (torch.argmax's tie rule is unspecified)
         best = segment.amax(dim, keepdim=True) if largest else segment.amin(dim, keepdim=True)
-        hit = segment == best
+        # NaN is the extreme where it occurs (torch.argmax points at the first NaN)
+        hit = (segment == best) | (torch.isnan(segment) & torch.isnan(best))
         index = torch.arange(segment.shape[dim]).view(-1, *[1] * (segment.dim() - 1 - dim))
         first = torch.where(hit, index, segment.shape[dim]).amin(dim, keepdim=keepdims)
         return first
@@ -347,6 +377,8 @@ for _name, _largest in (("argmax", True), ("argmin", False)):
             forward_ad=False,
             levels=_arg_levels(_largest),
             levels_compile=False,
+            nan_policy="value",  # the index of the first NaN (tests/test_nan.py)
+            identity=-1,
             errors=[
                 ErrorCase(
                     lambda op=getattr(ragged, _name): op(ragged.array([[1.0]]), axis=0),

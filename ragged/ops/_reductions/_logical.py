@@ -18,10 +18,9 @@ from ..._array import RaggedArray
 from ..._axes import DENSE_RESULT, REDUCE, normalize_axis
 from ..._errors import Func, type_error, value_error
 from ..._registry import op
-from ..._versions import check_unchanged
 from ...kernels._segment import Segments, gather, segment_amax, segment_amin, segment_sum
 from .._grouping import group
-from ._reduce import _ARGS, Axis, _ragged_result, reduce
+from ._reduce import _ARGS, Axis, _ragged_result, check_arguments, reduce
 from ._typing import arg_reduction, reduction
 
 
@@ -154,9 +153,7 @@ def _arg(
     fill_value: Any,
     largest: bool,
 ) -> Any:
-    if not isinstance(x, RaggedArray):
-        raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
-    check_unchanged(func, x)  # declared checks=True
+    check_arguments(func, x, keepdims)
     pick = torch.argmax if largest else torch.argmin
     if axis is None:
         return pick(x.values)  # flat index into values

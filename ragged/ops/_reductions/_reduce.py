@@ -85,22 +85,35 @@ def reduce(
     dense_fn: DenseFn,
     empty: Any,
     kernel_fills: bool = True,
+    floating: bool = False,
 ) -> Tensor | RaggedArray:
-    """Drive a reduction: pick the case from ``axis`` and apply the matching kernel.
+    """Drive a reduction: check the arguments once, pick the case from ``axis`` and apply the
+    matching kernel. Every reduction goes through here (``x`` is checked nowhere else).
+
+    The common case (the one ragged axis of a one-level array, no ``keepdims`` and no
+    ``fill_value``) goes straight to ``segment_fn`` on the partition's own rows, without the
+    general grouping: tiny inputs then cost little more than the kernel call
+    (docs/benchmarks.md, "Eager overhead of reductions").
 
     Args:
         func: public name, for errors.
         segment_fn: ``(rows, segments) -> [num, *rest]``, the reduction over the ragged axis.
         dense_fn: ``(tensor, dims, keepdim) -> tensor``, the reduction over dense dims; it must
             handle zero rows.
-        empty: default result for an empty segment (``fill_value`` overrides it).
+        empty: default result for an empty segment (``fill_value`` overrides it), or a function
+            of the dtype that gives it.
         kernel_fills: ``segment_fn`` already gives ``empty`` for empty segments.
+        floating: refuse integer and bool arrays.
     """
-    if not isinstance(x, RaggedArray):
-        raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
-    check_unchanged(func, x)  # declared checks=True
-    if not isinstance(keepdims, bool):
-        raise type_error(func, "keepdims", "must be a bool", type(keepdims).__name__)
+    check_arguments(func, x, keepdims, floating=floating)
+    if keepdims is False and fill_value is None and kernel_fills:
+        levels = x.partition.levels
+        if len(levels) == 1 and (axis == 1 if type(axis) is int else _names_ragged(x, axis)):
+            level = levels[0]
+            segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
+            return segment_fn(x.values, segments)
+    if callable(empty):
+        empty = empty(x.dtype)
     axes = _normalize_axes(func, x, axis)
     nr = x.ragged_ndim
     ragged = [a for a in axes if 1 <= a <= nr]
@@ -141,6 +154,31 @@ def reduce(
     if 0 in axes:
         out = out[0]
     return _keep(out, x, inner, keepdims, batch=0 in axes)
+
+
+def check_arguments(func: Func, x: Any, keepdims: Any, *, floating: bool = False) -> None:
+    """The checks every reduction makes, once: ``x`` a RaggedArray not edited in place (the ops
+    declare ``checks=True``), of a floating dtype if ``floating``, and ``keepdims`` a bool (as
+    torch's ``keepdim``: ``keepdims=0`` is refused, not read as ``False``).
+
+    >>> import ragged
+    >>> check_arguments("ragged.f", ragged.array([[1.0]]), 0)
+    Traceback (most recent call last):
+    TypeError: ragged.f: `keepdims` must be a bool, got int.
+    """
+    if not isinstance(x, RaggedArray):
+        raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
+    check_unchanged(func, x)
+    if floating and not (x.dtype.is_floating_point or x.dtype.is_complex):
+        raise type_error(func, "x", "must have a floating-point dtype", x.dtype)
+    if type(keepdims) is not bool:
+        raise type_error(func, "keepdims", "must be a bool", type(keepdims).__name__)
+
+
+def _names_ragged(x: RaggedArray, axis: Any) -> bool:
+    """Whether ``axis`` is the name of the (first) ragged axis of ``x``."""
+    names = x.axes
+    return type(axis) is str and names is not None and names[1] == axis
 
 
 def _keep(
@@ -186,11 +224,6 @@ def _ragged_result(
     return RaggedArray(out, partition, names)
 
 
-def _float_only(func: Func, x: RaggedArray) -> None:
-    if not (x.dtype.is_floating_point or x.dtype.is_complex):
-        raise type_error(func, "x", "must have a floating-point dtype", x.dtype)
-
-
 # --- sum, mean, prod --------------------------------------------------------------------------
 
 
@@ -199,6 +232,18 @@ def _promoted(values: Tensor) -> Tensor:
     if values.dtype == torch.bool or not (values.is_floating_point() or values.is_complex()):
         return values.to(torch.int64)
     return values
+
+
+def _segment_sum(values: Tensor, segments: Segments) -> Tensor:
+    return segment_sum(_promoted(values), segments)
+
+
+def _dense_sum(values: Tensor, dims: tuple[int, ...], keepdim: bool) -> Tensor:
+    return torch.sum(values, dims, keepdim=keepdim)
+
+
+def _dense_mean(values: Tensor, dims: tuple[int, ...], keepdim: bool) -> Tensor:
+    return torch.mean(values, dims, keepdim=keepdim)
 
 
 @reduction
@@ -234,21 +279,14 @@ def sum(
     >>> ragged.sum(x)
     tensor(6.)
     """
-    if type(axis) is int and axis == 1 and type(x) is RaggedArray and not keepdims:
-        levels = x.partition.levels
-        if len(levels) == 1 and fill_value is None:  # the common case, without the driver
-            check_unchanged(sum, x)
-            level = levels[0]
-            segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
-            return segment_sum(_promoted(x.values), segments)
     return reduce(
         sum,
         x,
         axis,
         keepdims,
         fill_value,
-        segment_fn=lambda v, s: segment_sum(_promoted(v), s),
-        dense_fn=lambda v, d, k: torch.sum(v, d, keepdim=k),
+        segment_fn=_segment_sum,
+        dense_fn=_dense_sum,
         empty=0,
     )
 
@@ -272,8 +310,6 @@ def mean(
     >>> ragged.mean(ragged.array([[1.0, 2.0], [], [3.0]]), axis=1)
     tensor([1.5000,    nan, 3.0000])
     """
-    _float_only(mean, x)
-
     return reduce(
         mean,
         x,
@@ -281,8 +317,9 @@ def mean(
         keepdims,
         fill_value,
         segment_fn=segment_mean,  # an empty segment gives 0 / 0 = NaN, the documented default
-        dense_fn=lambda v, d, k: torch.mean(v, d, keepdim=k),
+        dense_fn=_dense_mean,
         empty=float("nan"),
+        floating=True,
     )
 
 
@@ -330,9 +367,7 @@ def prod(
 def _extreme(
     func: Func, x: RaggedArray, axis: Axis, keepdims: bool, fill_value: Any, largest: bool
 ) -> Any:
-    if not isinstance(x, RaggedArray):
-        raise type_error(func, "x", "must be a RaggedArray", type(x).__name__)
-    empty = lowest(x.dtype) if largest else highest(x.dtype)
+    identity = lowest if largest else highest
     kernel = segment_amax if largest else segment_amin
     dense = torch.amax if largest else torch.amin
     return reduce(
@@ -341,9 +376,9 @@ def _extreme(
         axis,
         keepdims,
         fill_value,
-        segment_fn=lambda v, s: kernel(v, s, empty),
+        segment_fn=lambda v, s: kernel(v, s, identity(v.dtype)),
         dense_fn=lambda v, d, k: dense(v, d, keepdim=k),
-        empty=empty,
+        empty=identity,
     )
 
 

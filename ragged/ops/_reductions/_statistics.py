@@ -1,4 +1,5 @@
-"""Reductions with a numerical twist: ``logsumexp``, ``var``, ``std``, ``norm``.
+"""Reductions with a numerical twist: ``logsumexp``, ``var``, ``std``, ``norm``, and the
+NaN-ignoring ``nansum`` and ``nanmean``.
 
 They use the driver of the sums and extrema (same axis rules and empty-segment handling).
 """
@@ -17,7 +18,7 @@ from ..._registry import op, refuse
 from ...kernels._segment import Segments, segment_amax, segment_amin, segment_sum
 from ...kernels._segment_softmax import segment_logsumexp
 from ...kernels._segment_stats import segment_var
-from ._reduce import _ARGS, Axis, _float_only, reduce
+from ._reduce import _ARGS, Axis, reduce
 from ._typing import moment, reduction
 from ._typing import norm as typed_norm
 
@@ -46,8 +47,6 @@ def logsumexp(
     tensor([0.6931,   -inf, 1.0000])
     """
     func = logsumexp
-    _float_only(func, x)
-
     return reduce(
         func,
         x,
@@ -57,6 +56,7 @@ def logsumexp(
         segment_fn=segment_logsumexp,
         dense_fn=lambda v, d, k: torch.logsumexp(v, d, keepdim=k),
         empty=float("-inf"),
+        floating=True,
     )
 
 
@@ -90,7 +90,6 @@ def var(
     tensor([1., nan, 0.])
     """
     func = var
-    _float_only(func, x)
     return reduce(
         func,
         x,
@@ -100,6 +99,7 @@ def var(
         segment_fn=lambda v, s: segment_var(v, s, correction),
         dense_fn=lambda v, d, k: _dense_var(v, d, k, correction),
         empty=float("nan"),
+        floating=True,
     )
 
 
@@ -141,7 +141,6 @@ def std(
     tensor([1., 0.])
     """
     func = std
-    _float_only(func, x)
     return reduce(
         func,
         x,
@@ -151,6 +150,7 @@ def std(
         segment_fn=lambda v, s: _safe_root(segment_var(v, s, correction), 2.0),
         dense_fn=lambda v, d, k: _safe_root(_dense_var(v, d, k, correction), 2.0),
         empty=float("nan"),
+        floating=True,
     )
 
 
@@ -188,7 +188,6 @@ def norm(
     (tensor([5., 0., 1.]), tensor([7., 0., 1.]), tensor([4., 0., 1.]))
     """
     func = norm
-    _float_only(func, x)
     if not isinstance(ord, (int, float)) or isinstance(ord, bool):
         raise type_error(func, "ord", "must be a number", type(ord).__name__)
     p = float(ord)
@@ -216,6 +215,100 @@ def norm(
         segment_fn=segment_fn,
         dense_fn=lambda v, d, k: torch.linalg.vector_norm(v, p, d, keepdim=k),
         empty=0.0,
+        floating=True,
+    )
+
+
+# --- nansum, nanmean: NaN counts as missing ---------------------------------------------------
+
+
+def omit_nan(values: Tensor) -> tuple[Tensor, Tensor]:
+    """``values`` with NaN replaced by 0, and the mask of the entries kept (not NaN), in the
+    values' dtype. The gradient at a NaN entry is 0, as for ``torch.nansum``.
+
+    >>> omit_nan(torch.tensor([1.0, float("nan")]))
+    (tensor([1., 0.]), tensor([1., 0.]))
+    """
+    kept = ~torch.isnan(values)
+    return torch.where(kept, values, 0.0), kept.to(values.dtype)
+
+
+def _nansum_segments(values: Tensor, segments: Segments) -> Tensor:
+    return segment_sum(omit_nan(values)[0], segments)
+
+
+def _nanmean_segments(values: Tensor, segments: Segments) -> Tensor:
+    zeroed, kept = omit_nan(values)
+    return segment_sum(zeroed, segments) / segment_sum(kept, segments)
+
+
+def _nanmean_dense(v: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
+    zeroed, kept = omit_nan(v)
+    return torch.sum(zeroed, dims, keepdim=keep) / torch.sum(kept, dims, keepdim=keep)
+
+
+@reduction
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.nansum,),
+    methods=("nansum",),
+    torch_args="input, dim=None, keepdim=False, *, dtype=None",
+    checks=True,
+)
+def nansum(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Sum over ``axis`` treating NaN as zero (as ``torch.nansum``); empty segments give 0.
+
+    >>> import ragged
+    >>> ragged.nansum(ragged.array([[1.0, float("nan")], [], [float("nan")]]), axis=1)
+    tensor([1., 0., 0.])
+    """
+    return reduce(
+        nansum,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=_nansum_segments,
+        dense_fn=lambda v, d, k: torch.sum(omit_nan(v)[0], d, keepdim=k),
+        empty=0,
+        floating=True,
+    )
+
+
+@reduction
+@op(
+    "reductions",
+    rule=REDUCE,
+    args=_ARGS,
+    torch=(torch.nanmean,),
+    methods=("nanmean",),
+    torch_args="input, dim=None, keepdim=False, *, dtype=None",
+    checks=True,
+)
+def nanmean(
+    x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
+) -> Any:
+    """Mean of the values that are not NaN over ``axis`` (as ``torch.nanmean``); a segment
+    with no such value (empty, or all NaN) gives NaN (or ``fill_value`` where empty).
+
+    >>> import ragged
+    >>> ragged.nanmean(ragged.array([[1.0, float("nan"), 3.0], [], [float("nan")]]), axis=1)
+    tensor([2., nan, nan])
+    """
+    return reduce(
+        nanmean,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=_nanmean_segments,
+        dense_fn=_nanmean_dense,
+        empty=float("nan"),
+        floating=True,
     )
 
 
@@ -225,8 +318,6 @@ refuse(
     torch.nanmedian,
     torch.quantile,
     torch.mode,
-    torch.nansum,
-    torch.nanmean,
     family="reductions",
     hint="no ragged op: per segment, e.g. ragged.vmap(lambda s: torch.median(s, 0).values)(x)",
     see=("ragged.vmap",),
