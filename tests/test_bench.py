@@ -320,6 +320,30 @@ def test_ops_suite_quick_smoke(tmp_path):
     assert doc["command"] == "python benchmarks/ops.py --quick --ops sum,nosuchop"
 
 
+def test_attention_suite_quick_smoke(tmp_path):
+    """``benchmarks/attention.py --quick``: every contestant that runs agrees with ragged (the
+    suite checks outputs before timing) and gets a time, a rate and a ratio; ragged's ratio to
+    itself is 1; the matmul rate is in the title."""
+    out = tmp_path / "attention.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/attention.py", "--quick", "--json", out],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    (table,) = doc["tables"]
+    rows = {(row[0], row[1]): row for row in table["rows"]}
+    for mode in ("forward", "forward+backward"):
+        assert rows[(mode, "ragged.attention")][-1] == "1.00x"
+        for name in ("SDPA loop", "padded SDPA"):
+            assert float(rows[(mode, name)][2]) > 0 and rows[(mode, name)][-1].endswith("x")
+    assert "matmul tile rate" in table["title"]
+    assert doc["command"] == "python benchmarks/attention.py --quick"
+
+
 def test_plots_are_drawn(tmp_path):
     pytest.importorskip("matplotlib")
     from ragged.bench._plots import plot_all
