@@ -320,6 +320,30 @@ def test_ops_suite_quick_smoke(tmp_path):
     assert doc["command"] == "python benchmarks/ops.py --quick --ops sum,nosuchop"
 
 
+def test_attention_suite_quick_smoke(tmp_path):
+    """``benchmarks/attention.py --quick``: every contestant that runs agrees with ragged (the
+    suite checks outputs before timing) and gets a time, a rate and a ratio; ragged's ratio to
+    itself is 1; the matmul rate is in the title."""
+    out = tmp_path / "attention.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/attention.py", "--quick", "--json", out],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    (table,) = doc["tables"]
+    rows = {(row[0], row[1]): row for row in table["rows"]}
+    for mode in ("forward", "forward+backward"):
+        assert rows[(mode, "ragged.attention")][-1] == "1.00x"
+        for name in ("SDPA loop", "padded SDPA"):
+            assert float(rows[(mode, name)][2]) > 0 and rows[(mode, name)][-1].endswith("x")
+    assert "matmul tile rate" in table["title"]
+    assert doc["command"] == "python benchmarks/attention.py --quick"
+
+
 def test_plots_are_drawn(tmp_path):
     pytest.importorskip("matplotlib")
     from ragged.bench._plots import plot_all
@@ -453,8 +477,10 @@ def test_a_suite_run_alone_keeps_the_other_rows_of_the_status_table():
 
 
 def test_sum_blocks_tool_measures_the_library_kernel(tmp_path):
-    """``tools/sum_blocks.py`` builds the sum kernel per block size: its 16-row build is the
-    library's kernel (bit for bit), and other block sizes sum the same segments."""
+    """``tools/sum_blocks.py`` builds the sum kernel per variant: its ``blocks-16`` build is the
+    library's kernel (bit for bit), and other block sizes and the Kahan-compensated variant
+    (its register tiles of 32 columns, the remaining columns and several row blocks: 70
+    columns, a segment of 182 rows) sum the same segments."""
     from ragged.kernels import _native
     from ragged.kernels._native_build import library
 
@@ -466,13 +492,15 @@ def test_sum_blocks_tool_measures_the_library_kernel(tmp_path):
     finally:
         sys.path.remove(str(ROOT / "tools"))
     gen = torch.Generator().manual_seed(0)
-    values = torch.rand(300, 5, generator=gen)
     lengths = [0, 17, 1, 100, 182]
-    offsets = ragged.from_lengths(values, lengths).offsets
-    library_sum = _native.segment_sum(values, offsets)
-    for block in (16, 64):
-        got = sum_blocks.build(block, tmp_path)(values, offsets)
-        if block == 16:
-            assert torch.equal(got, library_sum)
+    sums = {v: sum_blocks.build(v, tmp_path) for v in ("blocks-16", "blocks-64", "kahan")}
+    for width in (5, 70):
+        values = torch.rand(300, width, generator=gen) - 0.3
+        offsets = ragged.from_lengths(values, lengths).offsets
+        library_sum = _native.segment_sum(values, offsets)
         want = torch.stack([s.double().sum(0) for s in values.split(lengths)])
-        torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-6)
+        for variant, segment_sum in sums.items():
+            got = segment_sum(values, offsets)
+            if variant == "blocks-16":
+                assert torch.equal(got, library_sum)
+            torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-6)

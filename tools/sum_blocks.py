@@ -1,20 +1,27 @@
-"""The sum kernel's block size: speed against JAX and the copy floor, error against torch.
+"""The sum kernel's accumulation: speed against JAX and the copy floor, error against torch.
 
-Usage: ``python tools/sum_blocks.py [--blocks 16,32,64] [--rounds 101]`` from a checkout
-(a C compiler needed; JAX optional, its column is skipped without it).
+Usage: ``python tools/sum_blocks.py [--variants blocks-16,kahan] [--rounds 101]`` from a
+checkout (a C compiler needed; JAX optional, its column is skipped without it).
 
-The native sum (``rg_add_rows`` in ``ragged/kernels/_native.c``) adds blocks of ``RG_BLOCK``
-rows in float32 and each block's sum into a float64 accumulator: the float64 adds buy the
-accuracy contract of docs/semantics.md ("Accuracy of long segments"), larger blocks make fewer
-of them. This builds the kernels once per block size (``_native_build``'s flags plus
-``-DRG_BLOCK=N``, into a temporary folder) and, on the data of ``benchmarks/ops.py`` (values
-``[2**20, 64]`` float32 in 8192 log-normal segments, one thread pinned to one CPU), prints:
+The native sum (``rg_sum`` in ``ragged/kernels/_native.c``) keeps the accuracy contract of
+docs/semantics.md ("Accuracy of long segments") by adding blocks of ``RG_BLOCK`` rows in
+float32 and each block's sum into a float64 accumulator (``rg_add_rows``); built with
+``-DRG_SUM_KAHAN`` it accumulates in float32 with Kahan compensation instead
+(``rg_kahan_rows``). This builds one library per variant (``_native_build``'s flags plus the
+variant's macros, into a temporary folder):
 
-* speed: rounds of every block size, JAX's ``segment_sum`` (``jax.jit``, reading the same
+* ``blocks-N``: float32 blocks of N rows added in float64 (``-DRG_BLOCK=N``; the library's
+  kernel is ``blocks-16``);
+* ``kahan``: every row added with compensation (``-DRG_SUM_KAHAN``);
+
+and, on the data of ``benchmarks/ops.py`` (values ``[2**20, 64]`` float32 in 8192 log-normal
+segments, one thread pinned to one CPU), prints:
+
+* speed: rounds of every variant, JAX's ``segment_sum`` (``jax.jit``, reading the same
   tensor through DLPack) and a copy into a warm buffer, in alternating order; each variant's
   median time and the median per-round ratio JAX / variant with its 95% interval
   (``Timing.paired_interval``), and the copy floor (half the copy) / variant;
-* accuracy: the relative error against float64 of each block size and of ``torch.sum`` on
+* accuracy: the relative error against float64 of each variant and of ``torch.sum`` on
   float32 segments of 16 to 10^6 rows (the data of ``tests/test_accuracy.py``).
 """
 
@@ -40,14 +47,23 @@ ACCURACY_LENGTHS = (16, 64, 128, 1000, 10**6)
 Sum = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def build(block: int, folder: Path) -> Sum:
-    """The float32 segment sum of ``_native.c`` compiled with ``RG_BLOCK = block``."""
+def defines(variant: str) -> list[str]:
+    """The macros that build ``variant`` (see the module's docstring)."""
+    if variant == "kahan":
+        return ["RG_SUM_KAHAN"]
+    if variant.startswith("blocks-") and variant[7:].isdigit():
+        return [f"RG_BLOCK={variant[7:]}"]
+    sys.exit(f"sum_blocks.py: unknown variant {variant!r} (blocks-N, kahan)")
+
+
+def build(variant: str, folder: Path) -> Sum:
+    """The float32 segment sum of ``_native.c`` compiled as ``variant``."""
     compiler = _native_build._compiler()
     if compiler is None:
         sys.exit("sum_blocks.py: no C compiler ($CC, cc, gcc or clang)")
-    target = folder / f"sum_{block}.so"
-    if not _native_build._build(compiler, target, defines=[f"RG_BLOCK={block}"]):
-        sys.exit(f"sum_blocks.py: {compiler} failed on {_native_build._SOURCE} (RG_BLOCK={block})")
+    target = folder / f"sum_{variant}.so"
+    if not _native_build._build(compiler, target, defines=defines(variant)):
+        sys.exit(f"sum_blocks.py: {compiler} failed on {_native_build._SOURCE} ({variant})")
     lib = ctypes.CDLL(str(target))
     _native_build._declare(lib)
     kernel = lib.rg_sum_f32
@@ -76,11 +92,11 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want).norm() / want.norm())
 
 
-def speed(sums: dict[int, Sum], rounds: int, jax: Any) -> None:
+def speed(sums: dict[str, Sum], rounds: int, jax: Any) -> None:
     d = make_data(ROWS, SEGMENTS, WIDTH, max_over_mean=MAX_OVER_MEAN)  # the ops suite's data
     values, buffer = d.values, torch.empty_like(d.values)
     calls: dict[str, Callable[[], Any]] = {
-        f"{block}-row blocks": (lambda fn=fn: fn(values, d.offsets)) for block, fn in sums.items()
+        name: (lambda fn=fn: fn(values, d.offsets)) for name, fn in sums.items()
     }
     calls["copy"] = lambda: buffer.copy_(values)
     if jax is not None:  # as benchmarks/ops.py sets it up: jit, the same tensor through DLPack
@@ -107,14 +123,14 @@ def speed(sums: dict[int, Sum], rounds: int, jax: Any) -> None:
             print(f"| {name} | {1e3 * times[name].median('wall'):.2f} | | |")
 
 
-def accuracy(sums: dict[int, Sum]) -> None:
+def accuracy(sums: dict[str, Sum]) -> None:
     gen = torch.Generator().manual_seed(0)
     data = {  # the data of tests/test_accuracy.py
         "uniform [0, 1)": torch.rand(10**6, 4, generator=gen),
         "N(100, 1)": torch.randn(10**6, 4, generator=gen) + 100,
     }
     print("\nRelative error against float64 (float32 values, 4 columns)")
-    names = " | ".join(f"{block}-row blocks" for block in sums)
+    names = " | ".join(sums)
     print(f"| values | segment length | torch.sum | {names} |")
     print("|---" * (len(sums) + 3) + "|")
     for kind, values in data.items():
@@ -131,14 +147,18 @@ def accuracy(sums: dict[int, Sum]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", default="16,32,64", help="comma-separated block sizes")
+    parser.add_argument(
+        "--variants",
+        default="blocks-16,kahan",
+        help="comma-separated: blocks-N, kahan",
+    )
     parser.add_argument("--rounds", type=int, default=101, help="head-to-head rounds")
     args = parser.parse_args()
     pin_cpu()
     torch.set_num_threads(1)
     jax = import_jax()
     with tempfile.TemporaryDirectory() as folder:
-        sums = {int(b): build(int(b), Path(folder)) for b in args.blocks.split(",")}
+        sums = {v: build(v, Path(folder)) for v in args.variants.split(",")}
         accuracy(sums)
         speed(sums, args.rounds, jax)
 

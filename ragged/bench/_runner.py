@@ -21,7 +21,7 @@ __all__ = ["Progress", "Suite", "discover", "run_suite", "suite_options"]
 # Suites this repository maintains, in the order the report shows them; other scripts in
 # benchmarks/ run after these if they accept ``--json``.
 OWNED = ("ops", "skew", "func")
-OPTIONAL = ("encoder", "pair", "microbatch", "context_parallel")
+OPTIONAL = ("encoder", "attention", "pair", "microbatch", "context_parallel")
 
 
 @dataclasses.dataclass

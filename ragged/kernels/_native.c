@@ -152,21 +152,93 @@ static inline RG_NARROW void SUF(rg_add_rows)(const T *restrict v, int64_t rs, i
   }
 }
 
+/* Built only with -DRG_SUM_KAHAN (tools/sum_blocks.py measures it; issue 27 item 2): the
+   compensated alternative to rg_add_rows, slower than it on Zen 4 (docs/benchmarks.md,
+   "Compensated sums"), kept so that the measurement can be repeated on other CPUs.
+   Adds rows [start, end) into `s` with Kahan compensation in T: `s - c` is the sum, `c` the
+   running correction (the low part lost by each add, with its sign flipped); the error bound
+   is about 2u * sum |x| (u the unit roundoff of T) for any length, against 16u * sum |x| for
+   float32 blocks of 16 rows added in double, with no conversions: two adds and two
+   subtractions per element. Needs IEEE arithmetic without reassociation (no -ffast-math;
+   -fno-trapping-math is fine). Tiled so that the accumulators stay in registers: the rows
+   come in blocks of about 16 KiB (L1-resident), each walked once per chunk of RG_KW columns,
+   that chunk's `s` and `c` in local arrays across the block's rows (with the accumulators in
+   memory, loaded and stored every row, it was slower still). */
+#ifdef RG_SUM_KAHAN
+#define RG_KW ((int)(128 / sizeof(T))) /* columns per chunk: 8 AVX2 vectors of s and c */
+#define RG_KAHAN(x, sj, cj)          \
+  do {                               \
+    T y_ = (x) - (cj);               \
+    T t_ = (sj) + y_;                \
+    (cj) = (t_ - (sj)) - y_;         \
+    (sj) = t_;                       \
+  } while (0)
+static inline RG_NARROW void SUF(rg_kahan_block)(const T *restrict v, int64_t rs, int64_t i,
+                                                 int64_t end, T *restrict s, T *restrict c) {
+  T sv[RG_KW], cv[RG_KW];
+  for (int j = 0; j < RG_KW; j++) {
+    sv[j] = s[j];
+    cv[j] = c[j];
+  }
+  for (; i < end; i++) {
+    const T *restrict r = v + i * rs;
+    for (int j = 0; j < RG_KW; j++) RG_KAHAN(r[j], sv[j], cv[j]);
+  }
+  for (int j = 0; j < RG_KW; j++) {
+    s[j] = sv[j];
+    c[j] = cv[j];
+  }
+}
+
+static inline RG_NARROW void SUF(rg_kahan_rows)(const T *restrict v, int64_t rs, int64_t D,
+                                                int64_t start, int64_t end, T *restrict s,
+                                                T *restrict c) {
+  for (int64_t j = 0; j < D; j++) s[j] = c[j] = 0;
+  int64_t rows = (int64_t)16384 / ((D > 0 ? D : 1) * (int64_t)sizeof(T));
+  rows = rows < 1 ? 1 : rows > 64 ? 64 : rows;
+  for (int64_t i0 = start; i0 < end; i0 += rows) {
+    int64_t i1 = end - i0 > rows ? i0 + rows : end;
+    int64_t j0 = 0;
+    for (; j0 + RG_KW <= D; j0 += RG_KW)
+      SUF(rg_kahan_block)(v + j0, rs, i0, i1, s + j0, c + j0);
+    for (int64_t i = i0; j0 < D && i < i1; i++) { /* the last D % RG_KW columns */
+      const T *restrict r = v + i * rs;
+      for (int64_t j = j0; j < D; j++) RG_KAHAN(r[j], s[j], c[j]);
+    }
+  }
+}
+#undef RG_KAHAN
+#undef RG_KW
+#endif /* RG_SUM_KAHAN */
+
 /* Per-segment sums, or with `mean` the means (the double sum divided by the row count before
-   its one rounding to T; an empty segment gives 0 / 0 = NaN): one pass, one output. */
+   its one rounding to T; an empty segment gives 0 / 0 = NaN): one pass, one output. Built with
+   -DRG_SUM_KAHAN, the compensated T accumulation of rg_kahan_rows instead (s - c in double,
+   then the same division): tools/sum_blocks.py compares them. */
 RG_NARROW int SUF(rg_sum)(const T *restrict v, int64_t rs, int64_t D,
                           const int64_t *restrict off, int64_t B, int64_t N, int mean,
                           T *restrict out) {
   RG_CHECK(off, B, N);
+#ifndef RG_SUM_KAHAN
   double *restrict acc = rg_scratch(D, 1, 1, sizeof(T));
   if (!acc) return 2;
   T *restrict part = (T *)(acc + RG_WIDTH(D));
+#else
+  T *restrict acc = rg_scratch(D, 0, 2, sizeof(T));
+  if (!acc) return 2;
+  T *restrict c = acc + RG_WIDTH(D);
+#endif
   for (int64_t b = 0; b < B; b++) {
-    for (int64_t j = 0; j < D; j++) acc[j] = 0.0;
-    SUF(rg_add_rows)(v, rs, D, off[b], off[b + 1], part, acc);
     T *restrict o = out + b * D;
     double n = mean ? (double)(off[b + 1] - off[b]) : 1.0; /* x / 1.0 is x exactly */
+#ifndef RG_SUM_KAHAN
+    for (int64_t j = 0; j < D; j++) acc[j] = 0.0;
+    SUF(rg_add_rows)(v, rs, D, off[b], off[b + 1], part, acc);
     for (int64_t j = 0; j < D; j++) o[j] = (T)(acc[j] / n);
+#else
+    SUF(rg_kahan_rows)(v, rs, D, off[b], off[b + 1], acc, c);
+    for (int64_t j = 0; j < D; j++) o[j] = (T)(((double)acc[j] - (double)c[j]) / n);
+#endif
   }
   free(acc);
   return 0;
