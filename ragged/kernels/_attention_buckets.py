@@ -34,7 +34,6 @@ import torch
 from torch import Tensor
 
 from ._attention_blocks import (
-    bands,
     bias_block,
     buffer,
     mask,
@@ -46,6 +45,14 @@ from ._attention_blocks import (
     whole,
     write,
 )
+from ._attention_bucket import (
+    flash_backward_banded,
+    forward_banded,
+    lse_dtype,
+    masked_scores,
+    safe_softmax,
+    unit_stride,
+)
 from ._attention_mods import (
     Extras,
     Variant,
@@ -56,147 +63,12 @@ from ._attention_mods import (
     pv,
     qk,
 )
-from ._attention_plan import Bucket, Plan
+from ._attention_plan import Plan
 
 # Buckets with at least this many query rows use torch's flash backward kernel when they can.
 # Measured here it is as fast as the batched matmuls or faster for every bucket shape but very
 # many very short segments, and one call instead of a dozen.
 FLASH_BACKWARD_MIN = 1
-
-_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
-_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
-
-
-def _scores(
-    qb: Tensor, kb: Tensor, add: Tensor | None, scale: float, causal: bool, inplace: bool = True
-) -> Tensor:
-    """Masked scores ``[n, H, q_len, k_len]`` (out of place when a graph is recorded)."""
-    scores = qk(qb, kb)
-    above = None
-    if causal:
-        shape = scores.shape[-2:]
-        above = torch.ones(shape, dtype=torch.bool, device=scores.device).triu_(1)
-    if not inplace:
-        scores = scores * scale
-        if add is not None:
-            scores = scores + add
-        return scores if above is None else scores.masked_fill(above, float("-inf"))
-    scores.mul_(scale)
-    if add is not None:
-        scores.add_(add)
-    return scores if above is None else scores.masked_fill_(above, float("-inf"))
-
-
-def _safe_softmax(scores: Tensor) -> Tensor:
-    """Softmax over the keys that gives 0, not NaN, for a row whose keys are all masked (as the
-    flash kernel does), with finite derivatives of every order. The shift is detached:
-    softmax is invariant to it."""
-    peak = scores.detach().amax(-1, keepdim=True)
-    peak = torch.where(torch.isfinite(peak), peak, 0.0)
-    weights = torch.exp(scores - peak)
-    total = weights.sum(-1, keepdim=True)
-    return weights / torch.where(total > 0, total, 1.0)
-
-
-def _forward_bucket(
-    qb: Tensor, kb: Tensor, vb: Tensor, attn_mask: Tensor | None, scale: float, causal: bool
-) -> tuple[Tensor, Tensor]:
-    """Output ``[n, H, q_len, Dv]`` and log-sum-exp ``[n, H, q_len]`` of one bucket (0 for a
-    row whose keys are all masked, as the flash kernel gives)."""
-    if qb.shape[-1] == vb.shape[-1] and qb.device.type == "cpu":
-        return _flash(qb, kb, vb, 0.0, causal, attn_mask=attn_mask, scale=scale)
-    scores = _scores(qb, kb, attn_mask, scale, causal)
-    lse = torch.logsumexp(scores, -1)
-    lse = torch.where(torch.isfinite(lse), lse, 0.0)
-    weights = scores.sub_(lse.unsqueeze(-1)).exp_()
-    return pv(weights, vb), lse.to(lse_dtype(qb.dtype))
-
-
-def _forward_banded(
-    bucket: Bucket,
-    qb: Tensor,
-    kb: Tensor,
-    vb: Tensor,
-    bias: Tensor | None,
-    extras: Extras,
-    variant: Variant,
-    scale: float,
-    causal: bool,
-) -> tuple[Tensor, Tensor]:
-    """``_forward_bucket`` on the whole bucket, or band by band under a narrow window."""
-    heads = qb.shape[1]
-    cut = bands(bucket, variant, extras)
-    if cut is None:
-        return _forward_bucket(
-            qb, kb, vb, mask(bucket, bias, extras, variant, qb.dtype, heads), scale, causal
-        )
-    out = qb.new_empty((*qb.shape[:-1], vb.shape[-1]))
-    lse = qb.new_empty(qb.shape[:-1], dtype=lse_dtype(qb.dtype))
-    for block in cut:
-        a, b, c, d = block
-        part = mask(bucket, bias, extras, variant, qb.dtype, heads, block)
-        out_b, lse_b = _forward_bucket(
-            qb[:, :, a:b], kb[:, :, c:d], vb[:, :, c:d], part, scale, False
-        )
-        out[:, :, a:b], lse[:, :, a:b] = out_b, lse_b
-    return out, lse
-
-
-def _flash_backward_banded(
-    bucket: Bucket,
-    gb: Tensor,
-    qb: Tensor,
-    kb: Tensor,
-    vb: Tensor,
-    ob: Tensor,
-    lse_b: Tensor,
-    bias: Tensor | None,
-    extras: Extras,
-    variant: Variant,
-    scale: float,
-    causal: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """torch's flash backward on the whole bucket, or band by band under a narrow window (the
-    key gradients of overlapping bands add up)."""
-    heads = qb.shape[1]
-    cut = bands(bucket, variant, extras)
-    if cut is None:
-        whole_mask = mask(bucket, bias, extras, variant, qb.dtype, heads)
-        return _flash_backward(
-            gb, qb, kb, vb, ob, lse_b.contiguous(), 0.0, causal, attn_mask=whole_mask, scale=scale
-        )
-    dq = torch.empty_like(qb)
-    dk, dv = torch.zeros_like(kb), torch.zeros_like(vb)
-    for block in cut:
-        a, b, c, d = block
-        part = mask(bucket, bias, extras, variant, qb.dtype, heads, block)
-        dqc, dkc, dvc = _flash_backward(
-            gb[:, :, a:b],
-            qb[:, :, a:b],
-            kb[:, :, c:d],
-            vb[:, :, c:d],
-            ob[:, :, a:b],
-            lse_b[:, :, a:b].contiguous(),
-            0.0,
-            False,
-            attn_mask=part,
-            scale=scale,
-        )
-        dq[:, :, a:b] = dqc
-        dk[:, :, c:d] += dkc
-        dv[:, :, c:d] += dvc
-    return dq, dk, dv
-
-
-def lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of the log-sum-exp the flash kernel returns for inputs of ``dtype``."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _unit_stride(x: Tensor) -> Tensor:
-    """``x`` with a unit stride on its last axis (the flash kernel needs it; a copy if not)."""
-    return x if x.stride(-1) == 1 else x.contiguous()
-
 
 # --- the kernel -------------------------------------------------------------------------------
 
@@ -232,7 +104,7 @@ def forward(
 ) -> tuple[Tensor, Tensor]:
     """The output ``[Tq, H, Dv]`` and the log-sum-exp of every query row's scores ``[Tq, H]``
     (rows without keys: their entries are unspecified, and never read)."""
-    q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
+    q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
     heads = q.shape[1]
     causal = kernel_causal(variant, extras)
     make = q.new_zeros if p.idle_q else q.new_empty
@@ -242,7 +114,7 @@ def forward(
         qb = read(q, bucket.q_read, bucket.n, bucket.q_len)
         kb = read(k, bucket.k_read, bucket.n, bucket.k_len)
         vb = read(v, bucket.k_read, bucket.n, bucket.k_len)
-        ob, lse_b = _forward_banded(bucket, qb, kb, vb, bias, extras, variant, scale, causal)
+        ob, lse_b = forward_banded(bucket, qb, kb, vb, bias, extras, variant, scale, causal)
         lse_b = lse_b.unsqueeze(-1)  # [n, H, q_len, 1]
         if bucket.q_real is None or bucket.q_real_dest is None:
             write(out, bucket.q_dest, ob)
@@ -370,7 +242,7 @@ def vjp(
     through this Function).
     """
     graph = torch.is_grad_enabled()
-    q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
+    q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
     heads, kv_heads, width, width_v = q.shape[1], k.shape[1], q.shape[2], v.shape[2]
     causal = kernel_causal(variant, extras)
     table, slopes = extras.table, extras.slopes
@@ -405,7 +277,7 @@ def vjp(
         lse_b = read(lse.unsqueeze(-1), bucket.q_read, n, q_len).squeeze(-1)  # [n, H, q_len]
         if flash and q_len >= FLASH_BACKWARD_MIN:
             ob = read(out, bucket.q_read, n, q_len)
-            dqb, dkb, dvb = _flash_backward_banded(
+            dqb, dkb, dvb = flash_backward_banded(
                 bucket, gb, qb, kb, vb, ob, lse_b, bias, extras, variant, scale, causal
             )
             for target, dest, part in ((dq, bucket.q_dest, dqb), (dk, bucket.k_dest, dkb)):
@@ -422,10 +294,10 @@ def vjp(
         db = read(delta, bucket.q_read, n, q_len)  # [n, H, q_len, 1]
         if q_keep is not None:
             db = torch.where(q_keep, db, 0.0)
-        scores = _scores(qb, kb, block_mask, scale, causal, inplace=not graph)
+        scores = masked_scores(qb, kb, block_mask, scale, causal, inplace=not graph)
         dweights = qk(gb, vb)
         if graph:
-            weights = _safe_softmax(scores)
+            weights = safe_softmax(scores)
             dscores = (dweights - db) * weights
         else:
             weights = scores.sub_(lse_b.unsqueeze(-1).to(scores.dtype)).exp_()
@@ -485,7 +357,7 @@ def _jvp(
 ) -> Tensor:
     """The output tangent, bucket by bucket (tangents may be batched)."""
     dq, dk, dv, dbias, dtable, dslopes = tangents
-    q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
+    q, k, v = unit_stride(q), unit_stride(k), unit_stride(v)
     heads = q.shape[1]
     causal = kernel_causal(variant, extras)
     shape = (q.shape[0], heads, v.shape[2])
@@ -496,7 +368,7 @@ def _jvp(
         kb = read(k, bucket.k_read, n, k_len)
         vb = read(v, bucket.k_read, n, k_len)
         block_mask = mask(bucket, bias, extras, variant, q.dtype, heads)
-        weights = _safe_softmax(_scores(qb, kb, block_mask, scale, causal, inplace=False))
+        weights = safe_softmax(masked_scores(qb, kb, block_mask, scale, causal, inplace=False))
         dscores = None
         if dq is not None:
             dscores = qk(read(dq, bucket.q_read, n, q_len), kb)

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from . import _attention_buckets as buckets
 from . import _attention_plan as planner
+from ._attention_bucket import lse_dtype
 from ._attention_mods import Extras, Variant
 
 # Plans by (id of q's lengths tensor, id of k's, head width): tensors compare elementwise, so they
@@ -98,7 +99,7 @@ def _(
     radius: int,
 ) -> tuple[Tensor, Tensor]:
     out = q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
-    return out, q.new_empty((q.shape[0], q.shape[1]), dtype=buckets.lse_dtype(q.dtype))
+    return out, q.new_empty((q.shape[0], q.shape[1]), dtype=lse_dtype(q.dtype))
 
 
 @torch.library.custom_op("ragged::bucketed_attention_backward", mutates_args=())
