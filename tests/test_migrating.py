@@ -74,3 +74,18 @@ def test_to_nested_prints_no_torch_warning(capfd):
     out, err = capfd.readouterr()
     assert nt.is_nested and torch.equal(nt.values(), torch.tensor([1.0, 2.0, 3.0]))
     assert "is_fx_tracing" not in out + err
+
+
+def test_tree_map_with_a_non_tensor_result_prints():
+    import optree
+    import torch.utils._pytree as pytree
+
+    x = ragged.array([[1.0, 2.0], [], [3.0]], axes=("b", "l"))
+    shapes = optree.tree_map(lambda v: v.shape, x, namespace="ragged")
+    assert repr(shapes) == "RaggedArray(values=torch.Size([3]), lengths=[2, 0, 1], axes=('b', 'l'))"
+    total = pytree.tree_map(lambda v: float(v.sum()), x)
+    assert repr(total) == "RaggedArray(values=6.0, lengths=[2, 0, 1], axes=('b', 'l'))"
+    docs = ragged.array([[[1.0], [2.0, 3.0]], [[4.0]]])
+    assert repr(optree.tree_map(lambda v: len(v), docs, namespace="ragged")) == (
+        "RaggedArray(values=4, lengths=[[2, 1], [1, 2, 1]])"
+    )
