@@ -4,7 +4,9 @@ The docstrings hold bare doctest blocks (``>>>`` lines and their output), which 
 read as nested block quotes and reference links. ``DoctestFences`` wraps every such block in a
 ``pycon`` code fence before mkdocstrings renders the docstring. ``PublicBases`` shows a class's
 public bases only: an internal base (``ragged._partition.Pickled``) is replaced by its own
-bases. Loaded by ``mkdocs.yml``; not a page.
+bases. ``TypedReductions`` shows the reductions' signatures by axis: the overloads of their
+typing protocols (``axis=None`` or ``1``: a Tensor; other axes: a Tensor or a RaggedArray)
+above the implementation's signature. Loaded by ``mkdocs.yml``; not a page.
 """
 
 from __future__ import annotations
@@ -115,3 +117,80 @@ def _public_bases(pkg: Any, bases: list[Any], exported: set[str], depth: int) ->
             continue  # an internal base griffe cannot see: nothing to show
         kept += _public_bases(pkg, list(getattr(inner, "bases", ())), exported, depth + 1)
     return kept
+
+
+# Decorator of a reduction -> its typing protocol (``ragged/ops/_reductions/_typing.py``).
+PROTOCOLS = {
+    "reduction": "Reduction",
+    "moment": "Moment",
+    "norm": "Norm",
+    "arg_reduction": "ArgReduction",
+}
+
+
+class TypedReductions(Extension):  # type: ignore[misc]
+    """Give each reduction the overloads of its protocol, so the docs show its type by axis."""
+
+    def on_package(self, *, pkg: Any, **kwargs: Any) -> None:
+        if pkg.path != "ragged":
+            return
+        try:
+            typing_module = pkg.modules_collection["ragged.ops._reductions._typing"]
+        except KeyError:
+            return
+        for func in _functions(pkg):
+            paths = [_decorator_path(d.value) for d in func.decorators]
+            names = {p.rsplit(".", 1)[-1] for p in paths if p.startswith(typing_module.path)}
+            protocol = next((PROTOCOLS[n] for n in names if n in PROTOCOLS), None)
+            if protocol is None or protocol not in typing_module.members:
+                continue
+            calls = typing_module[protocol].overloads.get("__call__", [])
+            func.overloads = [_as_overload(func, call) for call in calls]
+            if calls and str(func.returns) == "Any":
+                func.returns = calls[-1].returns
+
+
+def _decorator_path(value: Any) -> str:
+    """``norm`` for ``@typed_norm`` (imported ``as``), ``op`` for ``@op(...)``."""
+    try:
+        return str(value.canonical_path)
+    except Exception:  # a call or an unresolvable name: its own spelling
+        return str(value).split("(")[0]
+
+
+def _functions(obj: Any) -> list[Any]:
+    found = []
+    for member in obj.members.values():
+        if member.is_alias:
+            continue
+        if member.is_function:
+            found.append(member)
+        elif member.is_module:
+            found += _functions(member)
+    return found
+
+
+def _as_overload(func: Any, call: Any) -> Any:
+    """``call`` (a protocol's ``__call__`` overload) as an overload of ``func``."""
+    from griffe import Function, Parameter, Parameters
+
+    defaults = {p.name: p.default for p in func.parameters}
+    parameters = [
+        Parameter(
+            p.name,
+            annotation=p.annotation,
+            kind=p.kind,
+            default=defaults.get(p.name, p.default) if str(p.default) == "..." else p.default,
+        )
+        for p in call.parameters
+        if p.name != "self"
+    ]
+    overload = Function(
+        func.name,
+        lineno=func.lineno,
+        endlineno=func.endlineno,
+        parameters=Parameters(*parameters),
+        returns=call.returns,
+    )
+    overload.parent = func.parent
+    return overload

@@ -85,7 +85,7 @@ class TokenModel(torch.nn.Module):
     def forward(self, x: ragged.RaggedArray) -> torch.Tensor:
         h = x.with_values(torch.tanh(self.embed(x.values)))
         context = ragged.mean(h, axis=1, fill_value=0.0)  # (B, hidden) per sequence
-        per_token = torch.cat([h.values, context[h.segment_ids()]], dim=1)
+        per_token = torch.cat([h.values, context[h.segment_ids]], dim=1)
         return self.head(per_token).squeeze(-1)  # [tokens]
 
 

@@ -64,7 +64,7 @@ class GraphAttention(torch.nn.Module):
     def forward(self, h: torch.Tensor, edges: ragged.RaggedArray) -> torch.Tensor:
         z = self.project(h)  # [num_nodes, hidden]
         source = edges.values  # [num_edges]: the source node of each edge
-        target = edges.segment_ids()  # [num_edges]: its destination (the segment)
+        target = edges.segment_ids  # [num_edges]: its destination (the segment)
         score = F.leaky_relu(z[source] @ self.attend_source + z[target] @ self.attend_target, 0.2)
         alpha = edge_softmax(edges.with_values(score))  # (num_nodes, in_edges*)
         messages = edges.with_values(

@@ -15,6 +15,7 @@ from ._axes import AxisNames, check_names
 from ._errors import name_of, type_error, typename, value_error
 from ._partition import Partition, Pickled
 from ._registry import public
+from ._segment_ids import segment_ids_view
 from ._shape import RaggedShape
 from ._versions import Parameter
 
@@ -191,14 +192,18 @@ class RaggedArray(Pickled, TensorMethods):
         """Whether the values require grad."""
         return self.values.requires_grad
 
+    @property
     def segment_ids(self) -> Tensor:
         """The segment of each row of ``values``, int64 ``[total]`` (no copy, no sync).
 
+        A property, like ``offsets`` and ``lengths``; the old call ``x.segment_ids()`` still
+        returns the same tensor, with a ``DeprecationWarning``.
+
         >>> import ragged
-        >>> ragged.array([[1, 2], [], [3]]).segment_ids()
+        >>> ragged.array([[1, 2], [], [3]]).segment_ids
         tensor([0, 0, 2])
         """
-        return self.partition.segment_ids()
+        return segment_ids_view(self.partition.segment_ids())
 
     def __len__(self) -> int:
         return self.num_segments

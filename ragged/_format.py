@@ -62,8 +62,10 @@ def format_array(x: RaggedArray) -> str:
                   [3]],
                  [[4]]], shape=(2, [2, 1], [[2, 1], [1]]))
     """
-    details = []
     values = x.values
+    if not isinstance(values, torch.Tensor):
+        return format_non_tensor(x)
+    details = []
     if values.device.type != "meta":
         bounds = [level.offsets.tolist() for level in x.partition.levels]
         indent = len("RaggedArray([")
@@ -87,6 +89,20 @@ def format_array(x: RaggedArray) -> str:
         details.append("requires_grad=True")
     separator = ", " if body.endswith("]") else ""
     return body + separator + ", ".join(details) + ")"
+
+
+def format_non_tensor(x: RaggedArray) -> str:
+    """A RaggedArray whose ``values`` is not a tensor, e.g. what a pytree map returned.
+
+    >>> import optree, ragged
+    >>> x = ragged.array([[1.0, 2.0], [], [3.0]])
+    >>> optree.tree_map(lambda v: v.dtype, x, namespace="ragged")
+    RaggedArray(values=torch.float32, lengths=[2, 0, 1])
+    """
+    lengths = [(level.offsets[1:] - level.offsets[:-1]).tolist() for level in x.partition.levels]
+    shown = lengths[0] if len(lengths) == 1 else lengths
+    axes = "" if x.axes is None else f", axes={x.axes}"
+    return f"RaggedArray(values={x.values!r}, lengths={shown}{axes})"
 
 
 def shape_text(x: RaggedArray) -> str:

@@ -110,7 +110,7 @@ def test_getitem_slice_is_a_view():
     x = ragged.array([[1.0, 2.0], [3.0], [4.0, 5.0]])
     y = x[1:]
     assert y.values.data_ptr() == x.values[2:].data_ptr()
-    assert y.segment_ids().tolist() == [0, 1, 1]
+    assert y.segment_ids.tolist() == [0, 1, 1]
 
 
 def test_iteration():

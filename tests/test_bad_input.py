@@ -186,7 +186,7 @@ def test_segment_ids(ids, num):
     expected = ids_error(ids, num)
     if expected is None:
         x = ragged.from_segment_ids(values, ids, num)
-        assert x.segment_ids().tolist() == ids and x.num_segments == num
+        assert x.segment_ids.tolist() == ids and x.num_segments == num
     else:
         with raises(ValueError, expected):
             ragged.from_segment_ids(values, ids, num)

@@ -23,7 +23,7 @@ def test_concat_batch_matches_lists(arrays: list[ragged.RaggedArray]) -> None:
     expected = [segment for a in arrays for segment in _lists(a)]
     assert out.to_list() == expected
     assert out.num_segments == sum(a.num_segments for a in arrays)
-    assert torch.equal(out.segment_ids(), torch.repeat_interleave(out.lengths))
+    assert torch.equal(out.segment_ids, torch.repeat_interleave(out.lengths))
     longest = max((len(s) for s in expected), default=0)
     assert out.partition.levels[0].max_length in (None, longest)
 
@@ -156,7 +156,7 @@ def test_split_chunks_roundtrip(x: ragged.RaggedArray, chunk: int) -> None:
     assert [s for p in pieces for s in p.to_list()] == x.to_list()
     for p in pieces:  # each piece knows its exact maximum length
         assert p.partition.levels[0].max_length == max((len(s) for s in p.to_list()), default=0)
-        assert torch.equal(p.segment_ids(), torch.repeat_interleave(p.lengths))
+        assert torch.equal(p.segment_ids, torch.repeat_interleave(p.lengths))
 
 
 def test_split_values_are_views() -> None:

@@ -1,5 +1,6 @@
 """The public API is pinned, documented, and the generated docs are up to date."""
 
+import html
 import inspect
 import os
 import re
@@ -105,3 +106,14 @@ def test_reference_pages_put_the_api_first(site):
     assert transforms.index('id="ragged.vmap"') < transforms.index('id="ragged.pmean"')
     scans = (site / "reference" / "scans" / "index.html").read_text()
     assert scans.index('id="ragged.cumsum"') < scans.index('id="rules-and-design-notes-scans"')
+
+
+def test_reductions_are_typed_by_axis_in_the_docs(site):
+    page = (site / "reference" / "reductions" / "index.html").read_text()
+    for name in ("sum", "var", "norm", "argmax"):
+        start = page.index(f'id="ragged.{name}"')
+        end = page.find('id="ragged.', start + 1)
+        shown = re.sub(r"<[^>]+>", "", page[start:end])
+        signature = " ".join(html.unescape(shown).split())
+        assert "axis: Literal[1]" in signature and ") -> Tensor" in signature, (name, signature)
+        assert "-> Any" not in signature.split(" Args")[0].split("Parameters")[0], (name, signature)

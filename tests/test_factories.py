@@ -27,7 +27,7 @@ def check(x, segments, inner):
     assert x.to_list() == [s.tolist() for s in segments]
     for got, want in zip(x.unbind(), segments, strict=True):
         torch.testing.assert_close(got, want)
-    assert x.segment_ids().tolist() == [b for b, s in enumerate(segments) for _ in range(len(s))]
+    assert x.segment_ids.tolist() == [b for b, s in enumerate(segments) for _ in range(len(s))]
 
 
 inner_shapes = st.sampled_from([(), (3,), (2, 2)])

@@ -92,7 +92,7 @@ EDITS = {
     "values.add_": lambda x: x.values.add_(1),
     "offsets item": lambda x: x.offsets.__setitem__(1, 1),
     "lengths.zero_": lambda x: x.lengths.zero_(),
-    "segment_ids fill_": lambda x: x.segment_ids().fill_(0),
+    "segment_ids fill_": lambda x: x.segment_ids.fill_(0),
 }
 
 

@@ -175,7 +175,7 @@ def test_hf_packed_round_trip(x):
     assert batch["input_ids"].shape == (1, total) and batch["input_ids"].dtype == torch.int64
     assert batch["position_ids"].tolist() == [x.partition.levels[0].positions().tolist()]
     assert batch["seq_idx"].dtype == torch.int32
-    assert batch["seq_idx"][0].tolist() == x.segment_ids().tolist()
+    assert batch["seq_idx"][0].tolist() == x.segment_ids.tolist()
     assert batch["cu_seq_lens_q"].dtype == torch.int32
     assert batch["cu_seq_lens_q"].tolist() == x.offsets.tolist()
     assert batch["max_length_k"] == max(x.lengths.tolist(), default=0)

@@ -74,3 +74,45 @@ def test_to_nested_prints_no_torch_warning(capfd):
     out, err = capfd.readouterr()
     assert nt.is_nested and torch.equal(nt.values(), torch.tensor([1.0, 2.0, 3.0]))
     assert "is_fx_tracing" not in out + err
+
+
+def test_tree_map_with_a_non_tensor_result_prints():
+    import optree
+    import torch.utils._pytree as pytree
+
+    x = ragged.array([[1.0, 2.0], [], [3.0]], axes=("b", "l"))
+    shapes = optree.tree_map(lambda v: v.shape, x, namespace="ragged")
+    assert repr(shapes) == "RaggedArray(values=torch.Size([3]), lengths=[2, 0, 1], axes=('b', 'l'))"
+    total = pytree.tree_map(lambda v: float(v.sum()), x)
+    assert repr(total) == "RaggedArray(values=6.0, lengths=[2, 0, 1], axes=('b', 'l'))"
+    docs = ragged.array([[[1.0], [2.0, 3.0]], [[4.0]]])
+    assert repr(optree.tree_map(lambda v: len(v), docs, namespace="ragged")) == (
+        "RaggedArray(values=4, lengths=[[2, 1], [1, 2, 1]])"
+    )
+
+
+def test_segment_ids_is_a_property_and_the_old_call_warns():
+    import copy
+    import io
+
+    x = ragged.array([[1.0, 2.0], [], [3.0]])
+    ids = x.segment_ids
+    assert torch.equal(ids, x.partition.segment_ids()) and ids.dtype == torch.int64
+    assert repr(ids) == "tensor([0, 0, 2])"
+    assert (
+        type(ids + 1) is torch.Tensor and type(torch.repeat_interleave(x.lengths)) is torch.Tensor
+    )
+    assert type(copy.deepcopy(ids)) is torch.Tensor
+    buffer = io.BytesIO()
+    torch.save(ids, buffer)
+    buffer.seek(0)
+    assert type(torch.load(buffer)) is torch.Tensor
+    with pytest.warns(DeprecationWarning, match="x.segment_ids instead of x.segment_ids"):
+        called = x.segment_ids()
+    assert type(called) is torch.Tensor and torch.equal(called, ids)
+
+
+def test_segment_ids_under_compile():
+    x = ragged.array([[1.0, 2.0], [], [3.0]])
+    f = torch.compile(lambda x: x.values * x.segment_ids, backend="eager", fullgraph=True)
+    assert torch.equal(f(x), torch.tensor([0.0, 0.0, 6.0]))

@@ -36,7 +36,7 @@ def test_optree_round_trip():
 
 
 def loss(x):
-    seg = torch.zeros(x.num_segments, dtype=x.dtype).index_add(0, x.segment_ids(), x.values)
+    seg = torch.zeros(x.num_segments, dtype=x.dtype).index_add(0, x.segment_ids, x.values)
     return (seg**2).sum() + x.values.sin().sum()
 
 

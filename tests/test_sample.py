@@ -76,7 +76,7 @@ def test_sample_with_replacement_is_uniform():
     b, length, k = 4000, 4, 3
     x = arange_array([length] * b)
     y = ragged.sample(x, k, replace=True, generator=seeded(3))
-    position = y.values.long() - x.offsets[y.segment_ids()]
+    position = y.values.long() - x.offsets[y.segment_ids]
     counts = torch.bincount(position, minlength=length)
     assert chi_square(counts, b * k / length) < CHI2_CRITICAL[length - 1]
     # pairs of consecutive draws are independent: all 16 ordered pairs equally likely
@@ -149,7 +149,7 @@ def test_sample_with_replacement_structure(lengths, k):
     assert y.lengths.tolist() == [k if n else 0 for n in lengths]
     assert y.partition.levels[0].max_length == (k if any(lengths) else 0)
     rows = y.values[:, 0].long()
-    segment = y.segment_ids()
+    segment = y.segment_ids
     assert ((rows >= x.offsets[segment]) & (rows < x.offsets[segment + 1])).all()
     quotas = torch.arange(len(lengths))
     z = ragged.sample(x, quotas, replace=True, generator=seeded(k))

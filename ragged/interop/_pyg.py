@@ -31,7 +31,7 @@ def to_pyg(x: RaggedArray) -> tuple[Tensor, Tensor]:
     (tensor([1., 2., 3.]), tensor([0, 0, 2]))
     """
     x = one_level_array(to_pyg, x)
-    return x.values, x.segment_ids()
+    return x.values, x.segment_ids
 
 
 @public("interop")
