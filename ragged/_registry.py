@@ -19,7 +19,10 @@ section. From these declarations come:
   methods an op answers (``torch=``, ``methods=``, with torch's spelling of its arguments in
   ``torch_args=``), and those answered without an op of their own (``torch_function``: the
   pointwise functions, ``torch.max`` with indices, ...), become the dispatch table of
-  ``RaggedArray.__torch_function__``, the Tensor-style methods and ``docs/torch.md``.
+  ``RaggedArray.__torch_function__``, the Tensor-style methods and ``docs/torch.md``. Each
+  torch spelling (a torch function or a Tensor-style method) is declared once, as supported
+  (an op, a pointwise family, a handler) or refused (``refuse``, next to its family's ops):
+  ``claim`` records where, and a second declaration raises at import naming both places.
 
 ``@public`` returns its object unchanged. ``@op`` returns the function itself when the op checks
 its arguments' version counters on its own hot path (``checks=True``: the elementwise ops, the

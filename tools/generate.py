@@ -513,8 +513,14 @@ The rules:
   (`torch.add(x, y, alpha=2)` is a TypeError that says so), and the ragged op's own extras are
   accepted by name (`x.sum(1, fill_value=-1.0)`). Errors carry torch's name and argument names:
   ``torch.softmax: `dim` cannot be the batch axis ...``.
-- **Immutable**: `inplace=True` (`nn.ReLU(inplace=True)`) is computed out of place, and `out=`
-  is refused. `x.requires_grad_()` sets the flag of the values (a leaf) in place and returns
+- **Checked the same way everywhere**: every function and method on this page refuses `out=`
+  (a TypeError; nothing is written), raises a ValueError for a RaggedArray edited in place
+  since it was built (its values or its offsets), and lines its operands up as `x * y` does
+  (a `(B, L*)` mask against a `(B, L*, D)` array is an error in `torch.where`, `masked_fill`,
+  `torch.lerp`, `torch.clamp(min=...)`, as in `x * mask`); dtypes promote as torch's
+  (`torch.result_type`; a float64 tensor of shape `(1,)` makes a float32 array float64).
+- **Immutable**: `inplace=True` (`nn.ReLU(inplace=True)`) is computed out of place.
+  `x.requires_grad_()` sets the flag of the values (a leaf) in place and returns
   `x`, as torch does: the data and the partition do not change.
 - `torch.testing.assert_close(x, y)` compares two RaggedArrays segment by segment (a
   RaggedArray is a sequence of its segments): a mismatch names the segment (`item [b]`) and the

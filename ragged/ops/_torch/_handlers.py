@@ -152,6 +152,7 @@ def _norm(
     see=("ragged.testing.assert_close",),
     grad=False,
     compile=False,
+    checks=True,  # torch.isclose checks its operands
 )
 def _allclose(
     input: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
