@@ -243,6 +243,8 @@ def _promoted(values: Tensor) -> Tensor:
 
 
 def _segment_sum(values: Tensor, segments: Segments) -> Tensor:
+    if values.is_floating_point():  # the common case, without a call to _promoted
+        return segment_sum(values, segments)
     return segment_sum(_promoted(values), segments)
 
 
