@@ -9,7 +9,7 @@ index of its first NaN, as ``torch.argmax``/``torch.argmin`` (NaN counts as the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -19,8 +19,7 @@ from ..._axes import DENSE_RESULT, REDUCE, normalize_axis
 from ..._errors import Func, type_error, value_error
 from ..._registry import op
 from ...kernels._segment import Segments, gather, segment_amax, segment_amin, segment_sum
-from .._grouping import group
-from ._reduce import _ARGS, Axis, _ragged_result, check_arguments, reduce
+from ._reduce import _ARGS, Axis, check_arguments, reduce
 from ._typing import arg_reduction, reduction
 
 
@@ -153,40 +152,43 @@ def _arg(
     fill_value: Any,
     largest: bool,
 ) -> Any:
-    check_arguments(func, x, keepdims)
     pick = torch.argmax if largest else torch.argmin
     if axis is None:
+        check_arguments(func, x, keepdims)
         return pick(x.values)  # flat index into values
     if isinstance(axis, (tuple, list)):
         raise type_error(func, "axis", "must be one axis (int or name) or None", repr(axis))
-    dim = normalize_axis(func, x, axis)
-    nr = x.ragged_ndim
-    if dim == 0:
+    if isinstance(x, RaggedArray) and normalize_axis(func, x, axis) == 0:
         raise value_error(
             func, "axis", "cannot be the batch axis (segments differ in length)", axis
         )
-    if dim > nr:
-        out = pick(x.values, dim - nr, keepdim=keepdims)
-        names = x.axes if keepdims or x.axes is None else x.axes[:dim] + x.axes[dim + 1 :]
-        return RaggedArray(out, x.partition, names)
-    values = x.values.detach()
-    if values.dtype == torch.bool:
-        values = values.to(torch.int8)
-    grouping = group(x, (dim,))
-    segments = grouping.segments
-    best = (segment_amax if largest else segment_amin)(values, segments, 0)
-    hit = values == gather(best, segments)
-    if values.is_floating_point():
-        # The extreme of a segment holding NaN is NaN (it propagates), and NaN equals nothing:
-        # mark the NaNs, so that the first of them is the answer, as in torch.argmax.
-        hit = hit | torch.isnan(values)
-    positions = cast(Tensor, grouping.positions()).view(-1, *[1] * (values.dim() - 1))
-    sentinel = torch.iinfo(torch.int64).max
-    candidates = torch.where(hit, positions, sentinel)
-    first = segment_amin(candidates, segments, -1 if fill_value is None else fill_value)
-    if grouping.partition is None:
-        return first.unsqueeze(1) if keepdims else first
-    return _ragged_result(first, x, grouping.partition, [dim], (), keepdims)
+
+    def segment_fn(values: Tensor, segments: Segments, positions: Callable[[], Tensor]) -> Tensor:
+        values = values.detach()
+        if values.dtype == torch.bool:
+            values = values.to(torch.int8)
+        best = (segment_amax if largest else segment_amin)(values, segments, 0)
+        hit = values == gather(best, segments)
+        if values.is_floating_point():
+            # The extreme of a segment holding NaN is NaN (it propagates), and NaN equals
+            # nothing: mark the NaNs, so that the first of them is the answer, as in
+            # torch.argmax.
+            hit = hit | torch.isnan(values)
+        where = positions().view(-1, *[1] * (values.dim() - 1))
+        candidates = torch.where(hit, where, torch.iinfo(torch.int64).max)
+        return segment_amin(candidates, segments, -1)
+
+    return reduce(
+        func,
+        x,
+        axis,
+        keepdims,
+        fill_value,
+        segment_fn=segment_fn,
+        dense_fn=lambda v, d, k: pick(v, d[0], keepdim=k),
+        empty=-1,
+        positions=True,
+    )
 
 
 @arg_reduction

@@ -18,7 +18,7 @@ rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -32,11 +32,11 @@ from ..._registry import op
 from ..._versions import check_unchanged
 from ...kernels._segment import Segments, segment_amax, segment_amin, segment_mean, segment_sum
 from ...kernels._segment_stats import segment_prod
-from .._grouping import group
+from .._grouping import Grouping, group
 from ._typing import reduction
 
 Axis = int | str | Sequence[int | str] | None
-SegmentFn = Callable[[Tensor, Segments], Tensor]
+SegmentFn = Callable[..., Tensor]  # (rows, segments[, positions]) -> [num, *rest]
 DenseFn = Callable[[Tensor, tuple[int, ...], bool], Tensor]
 _ARGS = "x: ragged, axis: axes?, keepdims: bool?, fill_value: number?"
 # torch's spelling (``torch.sum(input, dim=None, keepdim=False, *, dtype=None)``).
@@ -86,6 +86,7 @@ def reduce(
     empty: Any,
     kernel_fills: bool = True,
     floating: bool = False,
+    positions: bool = False,
 ) -> Tensor | RaggedArray:
     """Drive a reduction: check the arguments once, pick the case from ``axis`` and apply the
     matching kernel. Every reduction goes through here (``x`` is checked nowhere else).
@@ -104,6 +105,8 @@ def reduce(
             of the dtype that gives it.
         kernel_fills: ``segment_fn`` already gives ``empty`` for empty segments.
         floating: refuse integer and bool arrays.
+        positions: ``segment_fn`` takes a third argument, a function that gives each row's
+            position along the one reduced ragged axis (argmax and argmin).
     """
     check_arguments(func, x, keepdims, floating=floating)
     if keepdims is False and fill_value is None and kernel_fills:
@@ -111,6 +114,8 @@ def reduce(
         if len(levels) == 1 and (axis == 1 if type(axis) is int else _names_ragged(x, axis)):
             level = levels[0]
             segments = Segments(level.row_ids, level.num_rows, level.lengths, level.offsets)
+            if positions:
+                return segment_fn(x.values, segments, level.positions)
             return segment_fn(x.values, segments)
     if callable(empty):
         empty = empty(x.dtype)
@@ -146,7 +151,10 @@ def reduce(
         segments = grouping.segments
     if inner:
         values, segments = _fold(values, inner, segments)
-    out = segment_fn(values, segments)
+    if positions:
+        out = segment_fn(values, segments, cast(Grouping, grouping).positions)
+    else:
+        out = segment_fn(values, segments)
     if fill_value is not None or not kernel_fills:
         out = _fill_empty(out, segments.counts, empty if fill_value is None else fill_value)
     if grouping is not None and grouping.partition is not None:
@@ -235,6 +243,8 @@ def _promoted(values: Tensor) -> Tensor:
 
 
 def _segment_sum(values: Tensor, segments: Segments) -> Tensor:
+    if values.is_floating_point():  # the common case, without a call to _promoted
+        return segment_sum(values, segments)
     return segment_sum(_promoted(values), segments)
 
 
