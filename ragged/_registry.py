@@ -233,7 +233,7 @@ _HERE = __file__
 
 def _where() -> str:
     """``file:line`` of the declaration being made: the first caller outside this module and
-    the declaring helpers (``_spelling._custom``)."""
+    the declaring helpers (``_spelling.torch_handler``)."""
     frame = inspect.currentframe()
     while frame is not None:
         name = frame.f_code.co_filename

@@ -154,17 +154,17 @@ def eager_path(values: Tensor, kind: str = "reduce", offsets: Tensor | None = No
     return NATIVE_FUNCTION if native.differentiable(values) else NATIVE
 
 
-def _chunks(rows: int, row_numel: int, itemsize: int) -> Iterator[slice]:
+def row_chunks(rows: int, row_numel: int, itemsize: int) -> Iterator[slice]:
     step = max(4096, _CHUNK_BYTES // max(1, row_numel * itemsize))
     for start in range(0, rows, step):
         yield slice(start, min(start + step, rows))
 
 
-def _row_numel(values: Tensor) -> int:
+def row_numel(values: Tensor) -> int:
     return values[0].numel() if values.shape[0] else 0
 
 
-def _expand_ids(ids: Tensor, like: Tensor) -> Tensor:
+def expand_ids(ids: Tensor, like: Tensor) -> Tensor:
     return ids.view(-1, *[1] * (like.dim() - 1)).expand_as(like)
 
 
@@ -175,7 +175,7 @@ def _fill_tensor(like: Tensor, num: int, fill: float | int | bool) -> Tensor:
 # --- vmap support shared by the Functions -----------------------------------------------------
 
 
-def _rows_first(values: Tensor, batch_dim: int | None) -> tuple[Tensor, int | None]:
+def rows_first(values: Tensor, batch_dim: int | None) -> tuple[Tensor, int | None]:
     """Move a vmap batch dim behind the row dim: row-wise segment ops treat it as inner."""
     if batch_dim is None:
         return values, None
@@ -185,22 +185,22 @@ def _rows_first(values: Tensor, batch_dim: int | None) -> tuple[Tensor, int | No
 # --- segment sum ------------------------------------------------------------------------------
 
 
-def _accumulator(values: Tensor) -> torch.dtype:
+def sum_dtype(values: Tensor) -> torch.dtype:
     """The dtype sums of ``values`` accumulate in: float64 for float32 and half (not on MPS,
     which has no float64), else the values' own."""
     low = values.dtype in (torch.float32, torch.float16, torch.bfloat16)
     return torch.float64 if low and values.device.type != "mps" else values.dtype
 
 
-def _index_add_chunked(out: Tensor, ids: Tensor, values: Tensor) -> Tensor:
-    for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
+def index_add_chunked(out: Tensor, ids: Tensor, values: Tensor) -> Tensor:
+    for part in row_chunks(values.shape[0], row_numel(values), values.element_size()):
         out.index_add_(0, ids[part], values[part].to(out.dtype))
     return out
 
 
-def _sum_out_of_place(values: Tensor, ids: Tensor, num: int, parts: list[slice]) -> Tensor:
+def sum_out_of_place(values: Tensor, ids: Tensor, num: int, parts: list[slice]) -> Tensor:
     """Chunked segment sum without in-place updates (safe on batched gradients)."""
-    acc = _accumulator(values)
+    acc = sum_dtype(values)
     total = values.new_zeros((num, *values.shape[1:]), dtype=acc)
     for part in parts:
         total = total.index_add(0, ids[part], values[part].to(acc))
@@ -226,7 +226,7 @@ def sum_on_path(path: str, values: Tensor, segments: Segments) -> Tensor:
     dtype = values.dtype
     acc = dtype
     if torch.compiler.is_compiling() or values.shape[0] > _LONG_ROWS:
-        acc = _accumulator(values)
+        acc = sum_dtype(values)
     if acc == dtype:  # no-op .to() calls and a dtype argument: half a tiny sum's time
         # Sizes as ints, not a tuple: a third of a tiny sum's time goes to parsing them.
         if values.dim() == 2:
@@ -268,8 +268,8 @@ class _SegmentSum(torch.autograd.Function):
     def forward(values: Tensor, ids: Tensor, num: int, offsets: Tensor | None) -> Tensor:
         if native_runs(values, offsets):
             return native.segment_sum(values, cast(Tensor, offsets))
-        total = values.new_zeros((num, *values.shape[1:]), dtype=_accumulator(values))
-        return _index_add_chunked(total, ids, values).to(values.dtype)
+        total = values.new_zeros((num, *values.shape[1:]), dtype=sum_dtype(values))
+        return index_add_chunked(total, ids, values).to(values.dtype)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
@@ -291,7 +291,7 @@ class _SegmentSum(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: Any, values: Tensor, ids: Tensor, num: int, offsets: Any) -> Any:
-        values, out_dim = _rows_first(values, in_dims[0])
+        values, out_dim = rows_first(values, in_dims[0])
         return _SegmentSum.apply(values, ids, num, offsets), out_dim
 
 
@@ -331,7 +331,7 @@ def _extreme(values: Tensor, segments: Segments, fill: Any, largest: bool) -> Te
         )
     out = _fill_tensor(values, segments.num, fill)
     how = "amax" if largest else "amin"
-    return out.scatter_reduce(0, _expand_ids(segments.ids, values), values, how, include_self=False)
+    return out.scatter_reduce(0, expand_ids(segments.ids, values), values, how, include_self=False)
 
 
 class _SegmentExtreme(torch.autograd.Function):
@@ -349,9 +349,9 @@ class _SegmentExtreme(torch.autograd.Function):
         identity = lowest(values.dtype) if largest else highest(values.dtype)
         out = _fill_tensor(values, counts.shape[0], identity)
         how = "amax" if largest else "amin"
-        for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
+        for part in row_chunks(values.shape[0], row_numel(values), values.element_size()):
             chunk = values[part]
-            out.scatter_reduce_(0, _expand_ids(ids[part], chunk), chunk, how)
+            out.scatter_reduce_(0, expand_ids(ids[part], chunk), chunk, how)
         empty = (counts == 0).view(-1, *[1] * (values.dim() - 1))
         return out.masked_fill_(empty, fill)
 
@@ -368,7 +368,7 @@ class _SegmentExtreme(torch.autograd.Function):
         none = (None,) * 5
         if not torch.is_grad_enabled() and native_runs(values, ctx.offsets, output, grad):
             return native.segment_extreme_backward(values, ctx.offsets, output, grad), *none
-        parts = list(_chunks(values.shape[0], _row_numel(values), values.element_size()))
+        parts = list(row_chunks(values.shape[0], row_numel(values), values.element_size()))
         attained = torch.empty(values.shape, dtype=torch.bool, device=values.device)
         ties = torch.zeros_like(output)
         for part in parts:  # saved tensors only: never batched; the mask is piecewise constant
@@ -385,7 +385,7 @@ class _SegmentExtreme(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
-        values, out_dim = _rows_first(values, in_dims[0])
+        values, out_dim = rows_first(values, in_dims[0])
         return _SegmentExtreme.apply(values, *args), out_dim
 
 

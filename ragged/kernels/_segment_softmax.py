@@ -17,18 +17,18 @@ from ._segment import (
     COMPOSITE,
     NATIVE,
     Segments,
-    _accumulator,
-    _chunks,
-    _index_add_chunked,
-    _row_numel,
-    _rows_first,
-    _sum_out_of_place,
     eager_path,
     gather,
     gather_rows,
+    index_add_chunked,
     native_runs,
+    row_chunks,
+    row_numel,
+    rows_first,
     segment_amax,
     segment_sum,
+    sum_dtype,
+    sum_out_of_place,
 )
 
 # --- segment softmax --------------------------------------------------------------------------
@@ -77,9 +77,9 @@ class _SegmentSoftmax(torch.autograd.Function):
         out = shift.index_select(0, ids)
         torch.sub(values, out, out=out)
         out.exp_()
-        total = _index_add_chunked(torch.zeros_like(shift, dtype=_accumulator(shift)), ids, out)
+        total = index_add_chunked(torch.zeros_like(shift, dtype=sum_dtype(shift)), ids, out)
         total = total.to(shift.dtype)
-        parts = _chunks(values.shape[0], _row_numel(values), values.element_size())
+        parts = row_chunks(values.shape[0], row_numel(values), values.element_size())
         if log:
             shift.add_(total.log_())
             for part in parts:
@@ -107,14 +107,14 @@ class _SegmentSoftmax(torch.autograd.Function):
         if native_runs(out, ctx.offsets, grad):
             return native.segment_softmax_backward(out, ctx.offsets, grad, ctx.log), *none
         # Buffers written in place derive from `grad`, so this also runs batched (vmap).
-        parts = list(_chunks(out.shape[0], _row_numel(out), out.element_size()))
+        parts = list(row_chunks(out.shape[0], row_numel(out), out.element_size()))
         if ctx.log:  # grad - exp(out) * sum(grad)
-            buffer = _sum_out_of_place(grad, ids, counts.shape[0], parts).index_select(0, ids)
+            buffer = sum_out_of_place(grad, ids, counts.shape[0], parts).index_select(0, ids)
             for part in parts:
                 buffer[part].mul_(out[part].exp()).neg_().add_(grad[part])
             return buffer, *none
         buffer = grad * out  # out * (grad - sum(grad * out))
-        total = _sum_out_of_place(buffer, ids, counts.shape[0], parts)
+        total = sum_out_of_place(buffer, ids, counts.shape[0], parts)
         for part in parts:
             buffer[part].copy_(grad[part]).sub_(total.index_select(0, ids[part])).mul_(out[part])
         return buffer, *none
@@ -127,7 +127,7 @@ class _SegmentSoftmax(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
-        values, out_dim = _rows_first(values, in_dims[0])
+        values, out_dim = rows_first(values, in_dims[0])
         return _SegmentSoftmax.apply(values, *args), out_dim
 
 
@@ -174,8 +174,8 @@ class _SegmentLogsumexp(torch.autograd.Function):
         if native_runs(values, offsets):
             return native.segment_logsumexp(values, cast(Tensor, offsets))
         peak = _stable_max(values, Segments(ids, counts.shape[0], counts, offsets))
-        total = torch.zeros_like(peak, dtype=_accumulator(peak))
-        for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
+        total = torch.zeros_like(peak, dtype=sum_dtype(peak))
+        for part in row_chunks(values.shape[0], row_numel(values), values.element_size()):
             shifted = values[part] - peak.index_select(0, ids[part])
             total.index_add_(0, ids[part], shifted.exp_().to(total.dtype))
         return total.log_().to(peak.dtype).add_(peak)
@@ -200,7 +200,7 @@ class _SegmentLogsumexp(torch.autograd.Function):
         # d lse / d x = softmax(x): scale the gathered gradient in place, chunk by chunk. The
         # buffer derives from `grad`, so this also runs batched (vmap over gradients).
         result = gather_rows(grad, ids)
-        for part in _chunks(values.shape[0], _row_numel(values), values.element_size()):
+        for part in row_chunks(values.shape[0], row_numel(values), values.element_size()):
             weights = (values[part] - output.index_select(0, ids[part])).exp_()
             result[part].mul_(weights)
         return result, *none
@@ -213,5 +213,5 @@ class _SegmentLogsumexp(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
-        values, out_dim = _rows_first(values, in_dims[0])
+        values, out_dim = rows_first(values, in_dims[0])
         return _SegmentLogsumexp.apply(values, *args), out_dim

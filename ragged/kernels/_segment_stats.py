@@ -17,11 +17,11 @@ from ._segment import (
     NATIVE,
     NATIVE_FUNCTION,
     Segments,
-    _expand_ids,
-    _rows_first,
     eager_path,
+    expand_ids,
     gather,
     gather_rows,
+    rows_first,
     segment_sum,
 )
 
@@ -105,7 +105,7 @@ class _SegmentVar(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: Any, values: Tensor, *args: Any) -> Any:
-        values, out_dim = _rows_first(values, in_dims[0])
+        values, out_dim = rows_first(values, in_dims[0])
         return _SegmentVar.apply(values, *args), (out_dim, out_dim)
 
 
@@ -126,7 +126,7 @@ def segment_prod(values: Tensor, segments: Segments) -> Tensor:
     tensor([6., 1., 4.])
     """
     if not (values.is_floating_point() or values.is_complex()):
-        ids = _expand_ids(segments.ids, values)
+        ids = expand_ids(segments.ids, values)
         return values.new_ones((segments.num, *values.shape[1:])).scatter_reduce(
             0, ids, values, "prod"
         )
@@ -136,7 +136,7 @@ def segment_prod(values: Tensor, segments: Segments) -> Tensor:
 
 def _prod_forward(values: Tensor, ids: Tensor, num: int) -> Tensor:
     ones = values.new_ones((num, *values.shape[1:]))
-    return ones.scatter_reduce(0, _expand_ids(ids, values), values, "prod")
+    return ones.scatter_reduce(0, expand_ids(ids, values), values, "prod")
 
 
 def _prod_of_others(values: Tensor, ids: Tensor, num: int, output: Tensor) -> Tensor:
@@ -171,7 +171,7 @@ class _SegmentProd(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: Any, values: Tensor, ids: Tensor, num: int) -> Any:
-        values, out_dim = _rows_first(values, in_dims[0])
+        values, out_dim = rows_first(values, in_dims[0])
         return _SegmentProdWithJvp.apply(values, ids, num), out_dim
 
 

@@ -101,7 +101,7 @@ def _binary_op(
     return declare(binary_op)
 
 
-def _scalars_as_tensors(op: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Any, Any], Tensor]:
+def scalars_as_tensors(op: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Any, Any], Tensor]:
     """For torch ops that take tensors only: numbers become 0-d tensors on the other's device."""
 
     def wrapped(a: Any, b: Any) -> Tensor:
@@ -180,14 +180,14 @@ power = _binary_op(
 )
 maximum = _binary_op(
     "maximum",
-    _scalars_as_tensors(torch.maximum),
+    scalars_as_tensors(torch.maximum),
     "max(x, y)",
     (_F, "2.0", "[[2.0, 2.0], [3.0]]"),
     *_spellings("maximum"),
 )
 minimum = _binary_op(
     "minimum",
-    _scalars_as_tensors(torch.minimum),
+    scalars_as_tensors(torch.minimum),
     "min(x, y)",
     (_F, "2.0", "[[1.0, 2.0], [2.0]]"),
     *_spellings("minimum"),
@@ -228,21 +228,21 @@ ge = _binary_op(
 )
 logical_and = _binary_op(
     "logical_and",
-    _scalars_as_tensors(torch.logical_and),
+    scalars_as_tensors(torch.logical_and),
     "x and y",
     (_B, "False", "[[False, False], [False]]"),
     *_spellings("logical_and"),
 )
 logical_or = _binary_op(
     "logical_or",
-    _scalars_as_tensors(torch.logical_or),
+    scalars_as_tensors(torch.logical_or),
     "x or y",
     (_B, "False", "[[True, False], [True]]"),
     *_spellings("logical_or"),
 )
 logical_xor = _binary_op(
     "logical_xor",
-    _scalars_as_tensors(torch.logical_xor),
+    scalars_as_tensors(torch.logical_xor),
     "x xor y",
     (_B, "True", "[[False, True], [False]]"),
     *_spellings("logical_xor"),

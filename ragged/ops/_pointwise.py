@@ -37,7 +37,7 @@ from .._broadcast import line_up
 from .._registry import refuse, torch_function
 from .._torch_args import refuse_out
 from .._versions import check_unchanged
-from ._elementwise import _scalars_as_tensors, binary
+from ._elementwise import binary, scalars_as_tensors
 
 __all__ = ["elementwise", "rows"]
 
@@ -232,7 +232,7 @@ def elementwise(
             return _general(fn, name, 1, keywords, (x, *args), kwargs, True)
 
         return unary
-    pair = _scalars_as_tensors(fn)
+    pair = scalars_as_tensors(fn)
 
     def handler(x: Any, *args: Any, **kwargs: Any) -> RaggedArray:
         if len(args) == 1 and not kwargs:

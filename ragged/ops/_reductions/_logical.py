@@ -19,7 +19,7 @@ from ..._axes import DENSE_RESULT, REDUCE, normalize_axis
 from ..._errors import Func, type_error, value_error
 from ..._registry import op
 from ...kernels._segment import Segments, gather, segment_amax, segment_amin, segment_sum
-from ._reduce import _ARGS, Axis, check_arguments, reduce
+from ._reduce import REDUCTION_ARGS, Axis, check_arguments, reduce
 from ._typing import arg_reduction, reduction
 
 
@@ -27,7 +27,7 @@ from ._typing import arg_reduction, reduction
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.any,),
     methods=("any",),
     torch_args="input, dim=None, keepdim=False",
@@ -58,7 +58,7 @@ def any(
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.all,),
     methods=("all",),
     torch_args="input, dim=None, keepdim=False",
@@ -101,7 +101,7 @@ def _dense_bool(op: Callable[..., Tensor], v: Tensor, dims: tuple[int, ...], kee
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.count_nonzero,),
     methods=("count_nonzero",),
     torch_args="input, dim=None",

@@ -38,7 +38,7 @@ from ._typing import reduction
 Axis = int | str | Sequence[int | str] | None
 SegmentFn = Callable[..., Tensor]  # (rows, segments[, positions]) -> [num, *rest]
 DenseFn = Callable[[Tensor, tuple[int, ...], bool], Tensor]
-_ARGS = "x: ragged, axis: axes?, keepdims: bool?, fill_value: number?"
+REDUCTION_ARGS = "x: ragged, axis: axes?, keepdims: bool?, fill_value: number?"
 # torch's spelling (``torch.sum(input, dim=None, keepdim=False, *, dtype=None)``).
 TORCH_ARGS = "input, dim=None, keepdim=False, *, dtype=None"
 
@@ -260,7 +260,7 @@ def _dense_mean(values: Tensor, dims: tuple[int, ...], keepdim: bool) -> Tensor:
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.sum,),
     methods=("sum",),
     torch_args=TORCH_ARGS,
@@ -305,7 +305,7 @@ def sum(
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.mean,),
     methods=("mean",),
     torch_args=TORCH_ARGS,
@@ -337,7 +337,7 @@ def mean(
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.prod,),
     methods=("prod",),
     torch_args=TORCH_ARGS,
@@ -396,7 +396,7 @@ def _extreme(
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.amax,),
     methods=("amax",),
     torch_args="input, dim=None, keepdim=False",
@@ -420,7 +420,7 @@ def amax(
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.amin,),
     methods=("amin",),
     torch_args="input, dim=None, keepdim=False",
@@ -439,7 +439,7 @@ def amin(
 
 
 @reduction
-@op("reductions", rule=REDUCE, args=_ARGS, checks=True)
+@op("reductions", rule=REDUCE, args=REDUCTION_ARGS, checks=True)
 def max(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:
@@ -453,7 +453,7 @@ def max(
 
 
 @reduction
-@op("reductions", rule=REDUCE, args=_ARGS, checks=True)
+@op("reductions", rule=REDUCE, args=REDUCTION_ARGS, checks=True)
 def min(
     x: RaggedArray, axis: Axis = None, *, keepdims: bool = False, fill_value: Any = None
 ) -> Any:

@@ -18,7 +18,7 @@ from ..._registry import op, refuse
 from ...kernels._segment import Segments, segment_amax, segment_amin, segment_sum
 from ...kernels._segment_softmax import segment_logsumexp
 from ...kernels._segment_stats import segment_var
-from ._reduce import _ARGS, Axis, reduce
+from ._reduce import REDUCTION_ARGS, Axis, reduce
 from ._typing import moment, reduction
 from ._typing import norm as typed_norm
 
@@ -31,7 +31,7 @@ _MOMENT_TORCH_ARGS = "input, dim=None, *, correction=1, keepdim=False, unbiased-
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.logsumexp,),
     methods=("logsumexp",),
     torch_args="input, dim, keepdim=False",
@@ -251,7 +251,7 @@ def _nanmean_dense(v: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.nansum,),
     methods=("nansum",),
     torch_args="input, dim=None, keepdim=False, *, dtype=None",
@@ -283,7 +283,7 @@ def nansum(
 @op(
     "reductions",
     rule=REDUCE,
-    args=_ARGS,
+    args=REDUCTION_ARGS,
     torch=(torch.nanmean,),
     methods=("nanmean",),
     torch_args="input, dim=None, keepdim=False, *, dtype=None",

@@ -2,7 +2,7 @@
 
 ``torch.max``/``torch.min`` (values and indices), ``torch.sort``, ``torch.topk``,
 ``torch.norm``, ``torch.allclose``, ``torch.equal``, ``F.normalize``, ``torch.stack`` and
-``F.scaled_dot_product_attention``; each is declared with ``_custom`` (its errors speak torch).
+``F.scaled_dot_product_attention``; each is declared with ``torch_handler`` (its errors speak torch).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .._reductions._logical import argmax, argmin
 from .._reductions._reduce import amax, amin
 from .._reductions._statistics import norm
 from .._sorting import argsort, sort, topk
-from ._spelling import _custom
+from ._spelling import torch_handler
 
 
 def _extremum(ops: tuple[Any, Any, Any, Any], x: Any, dim: Any, keepdim: bool, other: Any) -> Any:
@@ -43,7 +43,7 @@ def _extremum(ops: tuple[Any, Any, Any, Any], x: Any, dim: Any, keepdim: bool, o
     return kind((values, arg(x, dim, keepdims=keepdim)))
 
 
-@_custom(
+@torch_handler(
     torch.max,
     torch.Tensor.max,
     methods=("max",),
@@ -61,7 +61,7 @@ def _max(
     return _extremum(ops, input, dim, keepdim, other)
 
 
-@_custom(
+@torch_handler(
     torch.min,
     torch.Tensor.min,
     methods=("min",),
@@ -78,7 +78,7 @@ def _min(
     return _extremum(ops, input, dim, keepdim, other)
 
 
-@_custom(
+@torch_handler(
     torch.sort,
     methods=("sort",),
     family="sorting",
@@ -96,7 +96,7 @@ def _sort(
     return torch.return_types.sort((values, indices))  # type: ignore[arg-type]
 
 
-@_custom(
+@torch_handler(
     torch.topk,
     methods=("topk",),
     family="sorting",
@@ -119,7 +119,7 @@ def _topk(
     return torch.return_types.topk(out)
 
 
-@_custom(
+@torch_handler(
     torch.norm,
     methods=("norm",),
     family="reductions",
@@ -142,7 +142,7 @@ def _norm(
     return norm(x, 2 if p == "fro" or p is None else p, dim, keepdims=keepdim)
 
 
-@_custom(
+@torch_handler(
     torch.allclose,
     torch.Tensor.allclose,
     methods=("allclose",),
@@ -161,7 +161,7 @@ def _allclose(
     return bool(close.values.all()) if isinstance(close, RaggedArray) else bool(close.all())
 
 
-@_custom(
+@torch_handler(
     torch.equal,
     torch.Tensor.equal,
     methods=("equal",),
@@ -181,7 +181,7 @@ def _equal(input: Any, other: Any) -> bool:
     return torch.equal(input.values, other.values)
 
 
-@_custom(
+@torch_handler(
     F.normalize,
     family="normalization",
     meaning="`x / max(norm_p(x, dim), eps)`; `dim=1` (the default) normalises each segment "
@@ -206,7 +206,7 @@ def _normalize(
     return input / norm(input, p, axis, keepdims=True).clamp_min(eps)
 
 
-@_custom(
+@torch_handler(
     torch.stack,
     family="combining",
     meaning="a new axis: an inner `dim` stacks equal partitions (`ragged.stack`); `dim=0` "
@@ -275,7 +275,7 @@ SDPA_LAYOUT = (
 )
 
 
-@_custom(
+@torch_handler(
     F.scaled_dot_product_attention,
     family="attention",
     meaning="torch's layout `(B, L*, E)` (one head): attention within each segment; "

@@ -2,8 +2,8 @@
 
 ``spelled`` makes the handler of an op's ``torch=`` functions and ``methods=`` (``dim`` ->
 ``axis``, ``keepdim`` -> ``keepdims``, torch's defaults, a direct call when the arguments
-already line up); ``display_name`` is how users spell a torch callable; ``_custom`` declares a
-hand-written handler whose errors get torch's name (``_RENAMING``, applied by ``_table``).
+already line up); ``display_name`` is how users spell a torch callable; ``torch_handler`` declares a
+hand-written handler whose errors get torch's name (``RENAMING``, applied by ``_table``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..._array import RaggedArray
 from ..._registry import torch_function
 from ..._torch_args import CAST, IGNORED, REQUIRED, TorchArgs, TorchParam, refuse_out
 
-_ERRORS = (TypeError, ValueError, IndexError, NotImplementedError)
+ERRORS = (TypeError, ValueError, IndexError, NotImplementedError)
 
 
 _NAMESPACES = (
@@ -48,7 +48,7 @@ def display_name(fn: Any) -> str:
     return torch.overrides.resolve_name(fn) or getattr(fn, "__qualname__", repr(fn))
 
 
-def _renamed(
+def rename_error(
     error: Exception, prefixes: Sequence[str], name: str, renames: Sequence[tuple[str, str]]
 ) -> Exception | None:
     """``error`` with the registry's prefix replaced by torch's name, and the op's argument
@@ -242,8 +242,8 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
                 else:
                     return op(*call_args, **fast)
             return translate(call_args, kwargs)
-        except _ERRORS as error:
-            new = _renamed(error, prefixes, display_name(name), renames)
+        except ERRORS as error:
+            new = rename_error(error, prefixes, display_name(name), renames)
             if new is None:
                 raise
             raise new from None
@@ -252,13 +252,13 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
 
 
 # Handlers whose errors come from ragged ops: their messages get torch's name too.
-_RENAMING: set[Any] = set()
-_TORCH_RENAMES = [("x", "input"), ("axis", "dim"), ("keepdims", "keepdim"), ("arrays", "tensors")]
+RENAMING: set[Any] = set()
+TORCH_RENAMES = [("x", "input"), ("axis", "dim"), ("keepdims", "keepdim"), ("arrays", "tensors")]
 
 
-def _custom(*fns: Any, **declaration: Any) -> Callable[[Any], Any]:
+def torch_handler(*fns: Any, **declaration: Any) -> Callable[[Any], Any]:
     def declare(handler: Any) -> Any:
-        _RENAMING.add(handler)
+        RENAMING.add(handler)
         return torch_function(*fns, **declaration)(handler)
 
     return declare

@@ -24,7 +24,7 @@ from ..._versions import check_unchanged
 from .. import _pointwise as _pointwise
 from . import _handlers as _handlers
 from . import _tensor as _tensor
-from ._spelling import _ERRORS, _RENAMING, _TORCH_RENAMES, _renamed, display_name, spelled
+from ._spelling import ERRORS, RENAMING, TORCH_RENAMES, display_name, rename_error, spelled
 
 
 def _unsupported(func: Any, args: Any, kwargs: Any) -> Any:
@@ -59,10 +59,10 @@ def _renaming(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
     def renaming(*args: Any, **kwargs: Any) -> Any:
         try:
             return handler(*args, **kwargs)
-        except _ERRORS as error:
+        except ERRORS as error:
             text = str(error.args[0]) if error.args else ""
             label = display_name(fn)
-            new = _renamed(error, prefixes, label, _TORCH_RENAMES)
+            new = rename_error(error, prefixes, label, TORCH_RENAMES)
             if new is None and text.startswith("`"):  # a handler's own message
                 new = type(error)(f"{label}: {text}").with_traceback(error.__traceback__)
             if new is None:
@@ -119,7 +119,7 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
                 table[fn] = _refused(fn, entry.hint)
             else:
                 handler = entry.handler if entry.checks else guarded(entry.handler, fn)
-                table[fn] = _renaming(handler, fn) if entry.handler in _RENAMING else handler
+                table[fn] = _renaming(handler, fn) if entry.handler in RENAMING else handler
     return table
 
 
@@ -136,7 +136,7 @@ def method_table() -> dict[str, Callable[..., Any]]:
             label = f"RaggedArray.{name}"
             if not entry.checks:
                 handler = guarded(handler, label)
-            if entry.handler in _RENAMING:
+            if entry.handler in RENAMING:
                 handler = _renaming(handler, label)
             table[name] = handler
     return table

@@ -19,7 +19,7 @@ from ..._broadcast import align
 from ..._registry import torch_function
 from ..._shape import RaggedShape
 from .._pairs import transpose as pair_transpose
-from ._spelling import _custom
+from ._spelling import torch_handler
 
 # --- inner axes: transpose, unsqueeze, squeeze, flatten --------------------------------------
 
@@ -50,7 +50,7 @@ def _inner(x: RaggedArray, dim: Any, ndim: int | None = None, why: str = RESHAPE
     return position - x.ragged_ndim
 
 
-@_custom(
+@torch_handler(
     torch.transpose,
     torch.swapaxes,
     methods=("transpose", "swapaxes"),
@@ -75,7 +75,7 @@ def _swapped(names: Any, a: int, b: int, x: RaggedArray) -> Any:
     return tuple(out)
 
 
-@_custom(
+@torch_handler(
     torch.unsqueeze,
     methods=("unsqueeze",),
     family="indexing",
@@ -88,7 +88,7 @@ def _unsqueeze(input: RaggedArray, dim: int) -> RaggedArray:
     return input.with_values(input.values.unsqueeze(_inner(input, dim, input.ndim + 1)))
 
 
-@_custom(
+@torch_handler(
     torch.squeeze,
     methods=("squeeze",),
     family="indexing",
@@ -106,7 +106,7 @@ def _squeeze(input: RaggedArray, dim: Any = None) -> RaggedArray:
     return RaggedArray(values, input.partition, names)
 
 
-@_custom(
+@torch_handler(
     torch.flatten,
     methods=("flatten",),
     family="indexing",
