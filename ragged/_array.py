@@ -356,7 +356,8 @@ class RaggedArray(Pickled, TensorMethods):
         """
         if isinstance(func, FunctionType) and _compiling():
             # Dynamo (torch 2.13) misses in a dict some Python functions it traces, such as the
-            # wrapper behind ``Tensor.__rdiv__`` that it calls for ``x / t``: compare by identity.
+            # wrapper behind ``Tensor.__rdiv__`` that it calls for ``x / t``: compare by identity
+            # (tests/test_torch.py compiles ``x / t``: re-check this branch on a torch upgrade).
             handler = next((h for f, h in TORCH_PYTHON_FUNCTIONS if f is func), None)
         else:
             handler = TORCH_FUNCTIONS.get(func)

@@ -189,7 +189,9 @@ def to_nested(x: RaggedArray) -> Tensor:
     if torch.compiler.is_compiling():
         return build(x.values, x.offsets, max_seqlen=max_seqlen)
     # torch 2.13's nested_tensor_from_jagged calls torch.fx's is_fx_tracing, which logs a warning
-    # meant for torch's own code once per process: keep it out of the user's output.
+    # meant for torch's own code once per process: keep it out of the user's output. Remove the
+    # filter when torch's constructor stops calling is_fx_tracing (the deprecation of
+    # is_fx_tracing in torch.fx says its callers move to is_fx_symbolic_tracing).
     fx_log = logging.getLogger("torch.fx._symbolic_trace")
     fx_log.addFilter(_drop_fx_tracing_warning)
     try:

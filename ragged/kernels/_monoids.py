@@ -40,7 +40,8 @@ class Monoid:
             logaddexp: at ``-inf`` its second derivatives are NaN, so "no prefix" is a selection.
         grid_ok: ``scan`` is safe on the padded grid of block totals in eager mode. False for
             ``torch.logcumsumexp``, whose double backward is NaN wherever an incoming gradient
-            is exactly 0 (torch 2.13), as it is for the grid's unused cells.
+            is exactly 0 (torch 2.13, the family of pytorch/pytorch#49724), as it is for the
+            grid's unused cells.
         name: the op's name for the native kernels.
         in_place: the torch fallback of the eager fast path scans in place
             (:func:`scan_in_place`); otherwise it runs the composite scan.

@@ -10,18 +10,13 @@ Every kernel has two implementations with the same semantics:
   in order, the segment's accumulators in cache, each output written once) where the segments
   are contiguous runs of float32/float64 CPU rows and a C compiler is available. Elsewhere (no
   compiler, other dtypes or devices, strided groups) the Functions run torch ops that avoid the
-  large temporaries the composite allocates: on CPU with the default allocator every fresh
-  tensor over ~32 MB is page-faulted on first touch, which costs far more than the arithmetic
-  (``index_select`` into a fresh 256 MB tensor 140 ms, into an existing one 11 ms), so they
-  allocate one output, work in place on it, and feed ``index_add_``/``scatter_reduce_`` in
-  chunks of ~16 MB (one 256 MB ``index_add_`` call: 35 ms; in 16 MB chunks: 15 ms). Outputs
-  come from torch's allocator like every torch op's. Asking for transparent huge pages
-  (``madvise``) made a fresh 256 MB output cost 30 ms instead of 140 on an idle VM, but on VMs
-  that return free memory to the host (free page reporting, as on the Firecracker machines
-  these benchmarks ran on) a huge page is often refaulted from the host: the same output then
-  cost 420-860 ms of system time and softmax forward ran 2.7x slower than without the advice.
-  Where huge pages are fast, torch's own switch (``THP_MEM_ALLOC_ENABLE=1``) turns them on for
-  every tensor.
+  large temporaries the composite allocates: on CPU a fresh tensor over ~32 MB is page-faulted
+  on first touch, which costs more than the arithmetic, so they allocate one output, work in
+  place on it and feed ``index_add_``/``scatter_reduce_`` in chunks of ~16 MB. Outputs come
+  from torch's allocator like every torch op's: the kernels do not ask for transparent huge
+  pages, which backfired on VMs that report free memory to the host (torch's
+  ``THP_MEM_ALLOC_ENABLE=1`` turns them on where they are fast; docs/benchmarks-history.md,
+  "Huge pages", has the measurements).
   Backward passes run the native kernels only on plain gradients outside double backward;
   batched gradients (``jacrev``, ``hessian``, ``is_grads_batched``) and graphs of the gradient
   (double backward) take torch ops that only update buffers derived from the incoming
@@ -54,19 +49,10 @@ from .._dtypes import highest, lowest
 from . import _native as native
 
 _FAST_MIN_NUMEL = 1 << 18  # below this the composite path is faster (fixed overheads dominate)
-# With the native kernels the fast path pays from smaller sizes (measured, one thread, segments
-# of 64 rows): a sum or max of 2^17 elements 67 us native against 150 us composite (2^15: 47
-# against 40); softmax and the scans of 2^12 elements 50-80 us against 100-200 us, where the
-# composite's many small ops dominate. Where the groups are contiguous runs (offsets), also
-# from a number of rows: the composite's index_add / scatter_reduce pays per row, and the
-# kernel's fixed cost is 15-25 us called directly (nothing to differentiate), 100-200 us more
-# through an autograd.Function with its backward. Measured with tools/small_inputs.py
-# (docs/benchmarks.md, "Small inputs"), microseconds, composite against native:
-# - directly: a running maximum of [17, 8] 555 against 18, softmax 103 against 26; sum, mean
-#   and max of 4096 rows x 8 100-240 against 26-28, but of 256 rows x 8 the sum 11 against 23;
-# - with a gradient: scans of [17, 8] 450-780 against 170-250, max / var of 4096 rows x 8
-#   660-810 against 230-400 (sum and mean level), softmax and logsumexp of [17, 8] level.
-# A scan's native kernel pays at every size ("scan": only where it runs).
+# With the native kernels the fast path pays from smaller sizes: below these the composite's
+# many small ops still cost less than the kernel's fixed cost (a direct call, or more through an
+# autograd.Function with its backward); a scan's native kernel pays at every size. The
+# thresholds come from tools/small_inputs.py (docs/benchmarks-history.md, "Small inputs").
 _NATIVE_MIN_NUMEL = {"reduce": 1 << 17, "rows": 1 << 12, "scan": 0}
 _NATIVE_MIN_ROWS = {"reduce": 4096, "rows": 1 << 62, "scan": 0}  # through the Function
 _DIRECT_MIN_ROWS = {"reduce": 1024, "rows": 0, "scan": 0}  # called directly

@@ -65,7 +65,8 @@ def _unbacked(value: Any) -> set[Any]:
         return set()
     try:
         return set(free_unbacked_symbols(value))
-    except AssertionError:  # torch 2.13 asserts on some unbacked symbols it cannot trace back
+    except AssertionError:  # torch 2.13 asserts on some unbacked symbols it cannot trace back;
+        # counting them as one unknown keeps the check conservative (re-check on a torch upgrade)
         return {"<unbacked>"}
 
 
