@@ -118,8 +118,8 @@ def segment_prod(values: Tensor, segments: Segments) -> Tensor:
     Exact gradients with zeros (the derivative for element ``i`` is the product of the others).
     ``scatter_reduce(..., "prod")`` alone is not enough: its forward-mode derivative is zero in
     torch 2.13 (a silent error), so this is an ``autograd.Function`` with its own ``jvp``
-    (``tests/test_optable_transforms.py`` checks every op's jvp against finite differences: on a torch whose
-    ``scatter_reduce`` has a correct forward derivative, the Function can go).
+    (``tests/test_optable_transforms.py`` checks every op's jvp against finite differences: on
+    a torch whose ``scatter_reduce`` has a correct forward derivative, the Function can go).
     Under ``torch.compile`` (which cannot trace a custom ``jvp``) the variant without ``jvp``
     runs: forward-mode AD of compiled code then fails loudly instead of silently.
 
