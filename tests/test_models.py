@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 import ragged
+import ragged.testing
 
 LENGTHS = [5, 1, 9, 3]
 
@@ -122,3 +123,83 @@ def test_recurrent_errors_name_the_layout() -> None:
         torch.gru(x, torch.zeros(1, 2, 2), [], True, 1, 0.0, False, False, False)
     with pytest.raises(ValueError, match=r"no empty segment"):
         nn.GRU(3, 2, batch_first=True).double()(ragged.array(batch([2, 0], 3)))
+
+
+def per_segment_diff(segment: torch.Tensor, n: int, dim: int, pre: Any, post: Any) -> torch.Tensor:
+    """``torch.diff`` of one segment ``(L, C)`` (``dim`` of the batch, minus one)."""
+    return torch.diff(segment, n, dim - 1, prepend=pre, append=post)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+@pytest.mark.parametrize("dim", [1, -1, 2])
+@pytest.mark.parametrize("ends", [False, True])
+def test_diff_matches_each_segment(n: int, dim: int, ends: bool) -> None:
+    lengths = [0, 1, 2, 5]
+    segments = batch(lengths, 3, seed=n)
+    x = ragged.array(segments)
+    if dim == -1:
+        x = x[..., 0]
+        segments = [s[:, 0] for s in segments]
+    inner = dim == 2
+    pre = (x[..., :1] if inner else x[:, :1]) - 1 if ends else None
+    post = x * 2 if ends else None
+    got = torch.diff(x, n, dim, prepend=pre, append=post)
+    for b, segment in enumerate(segments):
+        p = (segment[:, :1] if inner else segment[:1]) - 1 if ends else None
+        q = segment * 2 if ends else None
+        axis = 1 if dim == -1 else dim
+        torch.testing.assert_close(got[b], per_segment_diff(segment, n, axis, p, q))
+    assert x.diff(n, dim).shape == torch.diff(x, n, dim).shape
+
+
+def test_diff_and_addmm_differentiate() -> None:
+    x = ragged.array(batch([3, 0, 4], 2)).requires_grad_()
+    w = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, dtype=torch.float64, requires_grad=True)
+
+    def f(values: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        rows = x.with_values(values)
+        out = torch.addmm(b, torch.diff(rows, dim=1, prepend=rows[:, :1]), w, beta=0.5)
+        return out.values
+
+    torch.autograd.gradcheck(f, (x.values, w, b))
+
+
+def test_addmm_matches_each_segment() -> None:
+    segments = batch([4, 0, 2], 3)
+    x = ragged.array(segments)
+    w = torch.randn(3, 2, dtype=torch.float64)
+    bias = torch.randn(2, dtype=torch.float64)
+    got = torch.addmm(bias, x, w, beta=2.0, alpha=0.5)
+    assert got.partition is x.partition
+    for b, segment in enumerate(segments):
+        torch.testing.assert_close(got[b], torch.addmm(bias, segment, w, beta=2.0, alpha=0.5))
+
+
+def test_diff_and_addmm_errors() -> None:
+    x = ragged.array(batch([2, 1], 3))
+    with pytest.raises(ValueError, match=r"torch.diff: `dim` cannot be the batch axis"):
+        torch.diff(x, dim=0)
+    with pytest.raises(TypeError, match=r"torch.diff: `prepend` must be a RaggedArray"):
+        torch.diff(x, dim=1, prepend=torch.zeros(1, 3))
+    with pytest.raises(TypeError, match=r"torch.addmm: `mat2` must be a dense Tensor"):
+        torch.addmm(torch.zeros(3), x, x)
+
+
+COMPILE_LENGTHS = [[3, 1, 4], [2, 5], [1, 2, 6, 3, 2]]
+
+
+def test_addmm_compiles_to_one_graph() -> None:
+    w = torch.randn(3, 2)
+    bias = torch.randn(2)
+
+    def f(x: ragged.RaggedArray) -> Any:
+        return torch.addmm(bias, x, w), torch.addmm(bias, x * 2, w, beta=0.5), x.diff(1, dim=-1)
+
+    batches = [
+        (ragged.array(batch(lengths, 3, seed=i)).float(),)
+        for i, lengths in enumerate(COMPILE_LENGTHS)
+    ]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(f, batches, backend="aot_eager", max_graphs=1)
+    assert report.graphs == 1

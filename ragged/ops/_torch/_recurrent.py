@@ -73,7 +73,7 @@ def _recurrent(
 
 
 _MEANING = (
-    "`{}` of `nn.{}(batch_first=True)` on `(B, L*, C)`: through a packed sequence (reads the "
+    "`{}` of `nn.{}` on `(B, L*, C)`: through a packed sequence (reads the "
     "lengths once); a RaggedArray output and the last states in the input's order"
 )
 
@@ -99,10 +99,10 @@ def _handler(fn: Any) -> Any:
 
 
 for _fn, _module in (
-    (torch.gru, "GRU"),
-    (torch.lstm, "LSTM"),
-    (torch.rnn_tanh, "RNN"),
-    (torch.rnn_relu, "RNN(nonlinearity='relu')"),
+    (torch.gru, "GRU(batch_first=True)"),
+    (torch.lstm, "LSTM(batch_first=True)"),
+    (torch.rnn_tanh, "RNN(batch_first=True)"),
+    (torch.rnn_relu, "RNN(nonlinearity='relu', batch_first=True)"),
 ):
     _custom(
         _fn,
