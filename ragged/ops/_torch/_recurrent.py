@@ -36,6 +36,7 @@ def packed_rows(x: RaggedArray) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return data, batch_sizes, sorted_indices, unsorted_indices
 
 
+@torch._dynamo.disable  # packing reads the lengths: one clean graph break, run eagerly
 def _recurrent(
     fn: Any,
     input: Any,
