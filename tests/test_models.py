@@ -8,6 +8,7 @@ tensor (the per-sequence reference): outputs, last states and parameter gradient
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -294,3 +295,12 @@ def test_recurrent_rows_compile_with_a_break_at_packing(name: str) -> None:
         x = ragged.array(batch(lengths, 8, seed=i)).float()
         for got, expected in zip(outputs(compiled(x)), outputs(module(x)), strict=True):
             ragged.testing.assert_close(got, expected)
+
+
+def test_the_docs_list_every_row() -> None:
+    """docs/models.md has a row for every module of the matrix, and says how it compiles."""
+    text = (Path(__file__).parents[1] / "docs" / "models.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    for name, (_, one_graph) in MATRIX.items():
+        assert name in rows, name
+        assert ("one graph" in rows[name]) == one_graph, name
