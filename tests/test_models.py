@@ -122,8 +122,34 @@ def test_recurrent_errors_name_the_layout() -> None:
     x = ragged.array(batch([2, 4], 3))
     with pytest.raises(ValueError, match=r"torch.gru: `batch_first` must be True"):
         torch.gru(x, torch.zeros(1, 2, 2), [], True, 1, 0.0, False, False, False)
-    with pytest.raises(ValueError, match=r"no empty segment"):
-        nn.GRU(3, 2, batch_first=True).double()(ragged.array(batch([2, 0], 3)))
+
+
+@pytest.mark.parametrize("lengths", [[0, 3, 0, 2], [0, 0]])
+@pytest.mark.parametrize("cls", [nn.RNN, nn.GRU, nn.LSTM])
+def test_recurrent_empty_segments_keep_their_initial_state(cls, lengths) -> None:
+    torch.manual_seed(4)
+    module = cls(3, 5, num_layers=2, bidirectional=True, batch_first=True).double()
+    generator = torch.Generator().manual_seed(5)
+    h0 = torch.randn(4, len(lengths), 5, dtype=torch.float64, generator=generator)
+    c0 = torch.randn(4, len(lengths), 5, dtype=torch.float64, generator=generator)
+    state = (h0, c0) if cls is nn.LSTM else h0
+    segments = batch(lengths, 3, seed=6)
+    out, last = module(ragged.array(segments), state)
+    last = last if cls is nn.LSTM else (last,)
+    initial = (h0, c0) if cls is nn.LSTM else (h0,)
+    assert out.shape[-1] == 10
+    for b, segment in enumerate(segments):
+        one = tuple(h[:, b : b + 1] for h in initial)
+        if segment.shape[0] == 0:
+            expected_out = segment.new_zeros(0, 10)
+            expected_last = one
+        else:
+            expected_out, expected_last = module(segment[None], one if cls is nn.LSTM else one[0])
+            expected_out = expected_out[0]
+            expected_last = expected_last if cls is nn.LSTM else (expected_last,)
+        torch.testing.assert_close(out[b], expected_out)
+        for got, expected in zip(last, expected_last, strict=True):
+            torch.testing.assert_close(got[:, b], expected[:, 0])
 
 
 def per_segment_diff(segment: torch.Tensor, n: int, dim: int, pre: Any, post: Any) -> torch.Tensor:

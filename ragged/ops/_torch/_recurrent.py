@@ -5,6 +5,7 @@ The modules call ``torch.rnn_tanh`` / ``torch.rnn_relu`` / ``torch.gru`` / ``tor
 (``ragged.to_packed_sequence``), call the packed overload, and return the output as a
 RaggedArray with the input's partition and the last states in the input's segment order, as
 torch returns them for a batch of tensors. An initial state ``hx`` is in the input's order too.
+An empty segment takes no step: no output row, and its initial state as its last state.
 
 Packing reads the lengths once (``PackedSequence`` keeps its ``batch_sizes`` on the host), so
 these rows do not trace into one graph under ``torch.compile``: Dynamo breaks the graph there.
@@ -59,17 +60,30 @@ def _recurrent(
             "`batch_first` must be True for a RaggedArray (B, L*, C): the sequence-first "
             "layout puts the ragged axis before the batch; got False."
         )
-    rows, batch_sizes, sorted_indices, unsorted_indices = packed_rows(input)
-    data = input.values.index_select(0, rows)
-    states = hx if isinstance(hx, (tuple, list)) else (hx,)
-    states = [h.index_select(1, sorted_indices) for h in states]
+    initial = list(hx) if isinstance(hx, (tuple, list)) else [hx]
+    lengths = input.lengths.cpu()  # PackedSequence keeps its batch_sizes on the host anyway
+    if bool(lengths.all()):
+        kept, packed = None, input
+    else:  # no step for an empty segment: no output row, its initial state as the last one
+        kept = torch.nonzero(lengths).squeeze(1).to(input.device)
+        packed = input[kept]  # the same rows in the same order
+        if kept.shape[0] == 0:
+            width = initial[0].shape[-1] * (2 if bidirectional else 1)
+            empty = input.values.new_zeros(0, width)
+            return (input.with_values(empty, axes=None), *initial)
+    rows, batch_sizes, sorted_indices, unsorted_indices = packed_rows(packed)
+    order = sorted_indices if kept is None else kept.index_select(0, sorted_indices)
+    states = [h.index_select(1, order) for h in initial]
     state: Any = states if isinstance(hx, (tuple, list)) else states[0]
+    data = input.values.index_select(0, rows)
     result = fn(
         data, batch_sizes, state, params, has_biases, num_layers, dropout, train, bidirectional
     )
     out = result[0]
     values = torch.index_copy(out.new_zeros(out.shape), 0, rows, out)
-    last = tuple(h.index_select(1, unsorted_indices) for h in result[1:])
+    last = [h.index_select(1, unsorted_indices) for h in result[1:]]
+    if kept is not None:
+        last = [torch.index_copy(h0, 1, kept, h) for h0, h in zip(initial, last, strict=True)]
     return (input.with_values(values, axes=None), *last)
 
 
