@@ -18,8 +18,6 @@ from . import data as data  # ragged.data: collate, batch samplers, micro-batch 
 from . import distributed as distributed  # ragged.distributed: collectives and sharding
 from . import nn as nn  # ragged.nn: LayerNorm, multi-head attention, Transformer encoder
 from ._array import RaggedArray as RaggedArray
-from ._awkward import from_awkward as from_awkward
-from ._awkward import to_awkward as to_awkward
 from ._convert import to_list as to_list
 from ._convert import to_mask as to_mask
 from ._convert import to_nested as to_nested
@@ -46,6 +44,8 @@ from .interop import to_hf as to_hf
 from .interop import to_hf_packed as to_hf_packed
 from .interop import to_packed_sequence as to_packed_sequence
 from .interop import to_pyg as to_pyg
+from .interop._awkward import from_awkward as from_awkward
+from .interop._awkward import to_awkward as to_awkward
 from .ops import *  # noqa: F403  (every op: ragged.ops.__all__, generated from the registry)
 from .ops._methods import install as _install_methods
 

@@ -34,7 +34,10 @@ from torch import Tensor
 from ._array import RaggedArray
 from ._errors import Func, name_of
 from ._format import shape_text
-from ._partition import Partition, pair_index
+from ._pair_index import pair_index
+from ._partition import Partition
+
+__all__ = ["align", "line_up", "same_partition"]
 
 Aligned = tuple[Any, Any, Partition, "tuple[str, ...] | None"]
 
@@ -80,6 +83,34 @@ def align(func: Func, a: Any, b: Any) -> Aligned:
         return a.values, dense, a.partition, a.axes
     dense = _align_dense(func, b, a)
     return dense, b.values, b.partition, b.axes
+
+
+def line_up(func: Func, first: RaggedArray, operand: Any) -> Any:
+    """``operand``'s tensor lined up against ``first``, whose partition the result keeps (an
+    operand of ``where``, ``torch.lerp``, ``torch.clamp(min=...)``, ``masked_fill``...): the
+    values of a RaggedArray with ``first``'s partition and number of axes, a dense tensor as for
+    ``ragged.add``, a number unchanged. Raises as ``x * y`` does for operands that do not line up.
+    """
+    if isinstance(operand, RaggedArray):
+        if operand is first:
+            return operand.values
+        if operand.axes is not None and first.axes is not None and operand.axes != first.axes:
+            a, b, partition, _ = _align_named(func, first, operand)
+            if partition is first.partition and a is first.values:
+                return b
+            raise _mismatch(func, first, operand, "the result keeps the first operand's axes")
+        same_partition(func, first, operand)
+        if operand.ndim != first.ndim:
+            raise ValueError(
+                f"{name_of(func)}: ragged operands of {first.ndim} and {operand.ndim} axes would "
+                f"line their ragged axes up with dense ones ({shape_text(first)} vs "
+                f"{shape_text(operand)}); add size-1 inner axes with x[..., None] or name the axes."
+            )
+        _check_inner(func, first.inner_shape, operand.inner_shape, first, operand)
+        return operand.values
+    if isinstance(operand, Tensor):
+        return _align_dense(func, first, operand)
+    return operand
 
 
 def _check_inner(func: Func, a: Any, b: Any, x: RaggedArray, y: Any) -> None:
@@ -131,7 +162,9 @@ def _align_dense(func: Func, x: RaggedArray, other: Any) -> Any:
         # would specialise compiled graphs).
         return squeezed.index_select(0, x.partition.segment_ids())
     if squeezed.shape[0] == 1:
-        return squeezed[0]
+        # Kept 1-d (not squeezed[0]): torch promotes a dimensioned tensor's dtype, a 0-d one's
+        # only as a number (float32 + float64 of shape (1,) is float64).
+        return squeezed
     raise ValueError(
         f"{name_of(func)}: `other` of shape {tuple(other.shape)} has {squeezed.shape[0]} entries on the "
         f"batch axis of {shape_text(x)}, expected {x.num_segments} or 1."

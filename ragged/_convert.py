@@ -8,6 +8,7 @@ read the maximum once. ``to_list``/``unbind`` read the data by nature.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -183,6 +184,19 @@ def to_nested(x: RaggedArray) -> Tensor:
         raise value_error(
             to_nested, "x", "must have one ragged axis", f"{x.ragged_ndim} ragged axes"
         )
-    return torch.nested.nested_tensor_from_jagged(
-        x.values, x.offsets, max_seqlen=x.partition.levels[0].max_length
-    )
+    build = torch.nested.nested_tensor_from_jagged
+    max_seqlen = x.partition.levels[0].max_length
+    if torch.compiler.is_compiling():
+        return build(x.values, x.offsets, max_seqlen=max_seqlen)
+    # torch 2.13's nested_tensor_from_jagged calls torch.fx's is_fx_tracing, which logs a warning
+    # meant for torch's own code once per process: keep it out of the user's output.
+    fx_log = logging.getLogger("torch.fx._symbolic_trace")
+    fx_log.addFilter(_drop_fx_tracing_warning)
+    try:
+        return build(x.values, x.offsets, max_seqlen=max_seqlen)
+    finally:
+        fx_log.removeFilter(_drop_fx_tracing_warning)
+
+
+def _drop_fx_tracing_warning(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("is_fx_tracing will return true")

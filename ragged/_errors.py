@@ -48,21 +48,6 @@ def value_error(func: Func, param: str, expected: str, got: Any) -> ValueError:
     return ValueError(_message(func, param, expected, got))
 
 
-def multi_level(func: Func, param: str, x: Any, scope: str = "") -> NotImplementedError:
-    """Build (not raise) the error of an op that supports one ragged axis only (so far).
-
-    >>> import ragged, torch
-    >>> x = ragged.from_nested_lengths(torch.arange(3.0), [[2], [1, 2]])
-    >>> multi_level("ragged.f", "x", x, "along a ragged axis")
-    NotImplementedError('ragged.f: `x` has 2 ragged axes; along a ragged axis, this op supports one ragged axis only.')
-    """
-    where = f"{scope}, " if scope else ""
-    return NotImplementedError(
-        f"{name_of(func)}: `{param}` has {x.ragged_ndim} ragged axes; {where}this op supports one "
-        "ragged axis only."
-    )
-
-
 def typename(obj: Any) -> str:
     """A short description of what arrived, for error messages.
 

@@ -7,14 +7,13 @@ their inputs as the index factories in ``ragged._factories`` do (``ragged._facto
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ._array import RaggedArray
-from ._awkward import from_awkward, is_awkward
 from ._errors import Func, name_of, type_error, typename, value_error
 from ._factory_checks import (
     _index_arg,
@@ -25,6 +24,19 @@ from ._factory_checks import (
 from ._from_lists import from_lists
 from ._partition import Partition, RowPartition
 from ._registry import public
+
+# Other libraries' arrays that ``ragged.array`` takes, as (test, converter) pairs: registered by
+# their conversions in ``ragged.interop`` (awkward arrays), which sits above this module.
+_ARRAY_SOURCES: list[tuple[Callable[[object], bool], Callable[..., RaggedArray]]] = []
+
+
+def register_array_source(
+    test: Callable[[object], bool], convert: Callable[..., RaggedArray]
+) -> None:
+    """Have ``ragged.array(data, ...)`` return ``convert(data, axes=, dtype=, device=,
+    ragged_ndim=)`` when ``test(data)`` holds (``ragged.interop`` registers awkward arrays)."""
+    _ARRAY_SOURCES.append((test, convert))
+
 
 __all__ = ["array", "from_nested", "from_padded"]
 
@@ -258,8 +270,9 @@ def array(
     ValueError: ragged.array: `data` must be nested lists of one consistent depth, got depths [2, 3].
     """
     func = array
-    if is_awkward(data):  # an awkward array of lists: its buffers, shared where they can be
-        return from_awkward(data, axes=axes, dtype=dtype, device=device, ragged_ndim=ragged_ndim)
+    for test, convert in _ARRAY_SOURCES:  # awkward arrays: their buffers, shared where they can be
+        if test(data):
+            return convert(data, axes=axes, dtype=dtype, device=device, ragged_ndim=ragged_ndim)
     if isinstance(data, Tensor) or not isinstance(data, Sequence) or isinstance(data, str):
         raise type_error(
             func,

@@ -21,6 +21,17 @@ from ._partition import Partition
 Context = tuple[Partition, AxisNames | None]
 
 
+def is_ragged_leaf(node: Any) -> bool:
+    """The ``is_leaf`` of tree maps that take RaggedArrays whole (not their ``values``).
+
+    >>> import optree, ragged, torch
+    >>> tree = {"x": ragged.array([[1.0], []]), "t": torch.ones(1)}
+    >>> sorted(type(leaf).__name__ for leaf in optree.tree_leaves(tree, is_leaf=is_ragged_leaf, namespace="ragged"))
+    ['RaggedArray', 'Tensor']
+    """
+    return isinstance(node, RaggedArray)
+
+
 def _flatten(x: RaggedArray) -> tuple[list[Any], Context]:
     return [x.values], (x.partition, x.axes)
 

@@ -36,7 +36,6 @@ tensors raises instead of giving wrong results).
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import functools
@@ -47,6 +46,7 @@ from typing import Any, TypeVar
 import torch
 
 from ._axes import AxisRule
+from ._torch_args import TorchArgs, TorchParam
 from ._versions import check_unchanged
 
 __all__ = [
@@ -58,6 +58,8 @@ __all__ = [
     "TorchArgs",
     "TorchParam",
     "TorchSpec",
+    "claim",
+    "claims",
     "entries",
     "get",
     "lookup",
@@ -65,6 +67,7 @@ __all__ = [
     "ops",
     "public",
     "refuse",
+    "spelling_name",
     "torch_function",
     "torch_functions",
 ]
@@ -147,95 +150,6 @@ class Entry:
         return f"{self.namespace}.{self.name}"
 
 
-# --- torch's spelling of an op's arguments -----------------------------------------------------
-
-REQUIRED: Any = inspect.Parameter.empty  # a torch parameter without a default
-CAST = "<cast>"  # ``dtype=``: the input is cast to it first, as torch does
-IGNORED = "<ignored>"  # accepted and ignored (``_stacklevel``)
-# torch's names for the op's parameters, where they differ ("input" and "other" are the op's
-# first and second parameters).
-TORCH_NAMES = {"dim": "axis", "keepdim": "keepdims", "tensors": "arrays"}
-
-
-@dataclasses.dataclass(frozen=True)
-class TorchParam:
-    """One parameter of a torch function, and where it goes in the op's call.
-
-    Attributes:
-        name: torch's name (``dim``).
-        target: the op's parameter it maps onto (``axis``); ``CAST`` for ``dtype=`` (the input
-            is cast first); ``IGNORED``; ``None``: no counterpart, so only its default is
-            accepted (another value is a TypeError that says so).
-        default: torch's default (``REQUIRED`` if none). A mapped parameter that the caller
-            omits is passed with torch's default, so torch's defaults hold (``torch.sort``
-            sorts along ``dim=-1``).
-        positional: it may be passed by position (it comes before the ``*``).
-        variadic: it collects the remaining positional arguments (``*operands``).
-    """
-
-    name: str
-    target: str | None
-    default: Any = REQUIRED
-    positional: bool = True
-    variadic: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class TorchArgs:
-    """torch's signature of an op, as declared in ``torch_args="input, dim=None, *, dtype=None"``.
-
-    Items are torch's parameter names in torch's order, with torch's defaults (Python literals)
-    and ``*`` before the keyword-only ones; ``name->target`` maps a parameter onto the op's
-    parameter ``target`` explicitly. Otherwise: a name the op has maps onto itself; ``input``
-    (or ``self``) and ``other`` onto the op's first and second parameters; ``dim``, ``keepdim``
-    and ``tensors`` onto ``axis``, ``keepdims`` and ``arrays``; ``dtype`` casts the input;
-    ``_stacklevel`` is ignored; any other name has no counterpart (its default only).
-
-    >>> import ragged
-    >>> args = TorchArgs.parse(ragged.sum, "input, dim=None, keepdim=False, *, dtype=None")
-    >>> [(p.name, p.target, p.default) for p in args.params]
-    [('input', 'x', <class 'inspect._empty'>), ('dim', 'axis', None), ('keepdim', 'keepdims', False), ('dtype', '<cast>', None)]
-    """
-
-    params: tuple[TorchParam, ...]
-
-    @staticmethod
-    def parse(fn: Callable[..., Any], text: str) -> TorchArgs:
-        """Parse ``text`` against the signature of the op ``fn``."""
-        names = list(inspect.signature(fn).parameters)
-        params = []
-        keyword_only = False
-        for item in filter(None, (s.strip() for s in text.split(","))):
-            if item == "*":
-                keyword_only = True
-                continue
-            variadic = item.startswith("*")
-            head, eq, default_text = item.lstrip("*").partition("=")
-            name, arrow, explicit = (s.strip() for s in head.partition("->"))
-            default = ast.literal_eval(default_text.strip()) if eq else REQUIRED
-            target = explicit or None if arrow else _torch_target(name, names)
-            if arrow and explicit and explicit not in names:
-                raise ValueError(f"{fn}: torch argument {name!r} maps onto unknown {explicit!r}")
-            params.append(TorchParam(name, target, default, not keyword_only, variadic))
-            keyword_only = keyword_only or variadic
-        return TorchArgs(tuple(params))
-
-
-def _torch_target(name: str, names: list[str]) -> str | None:
-    if name in names:
-        return name
-    if name in ("input", "self"):
-        return names[0]
-    if name == "other":
-        return names[1]
-    if name == "dtype":
-        return CAST
-    if name == "_stacklevel":
-        return IGNORED
-    target = TORCH_NAMES.get(name)
-    return target if target in names else None
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class OpSpec(Entry):
     """A public op (``section`` is its family).
@@ -288,6 +202,9 @@ class TorchSpec:
         hint: for a refused function, what to use instead (the end of its TypeError).
         grad: differentiable (the docs and the tests read it).
         compile: traced into one graph by ``torch.compile`` (the docs and the tests read it).
+        checks: the handler checks its arguments itself (the version counters of every
+            RaggedArray, ``out=``, the alignment of operands); otherwise the dispatch table
+            wraps it in that check (``ragged.ops._torch._table.guarded``).
     """
 
     fns: tuple[Any, ...]
@@ -299,10 +216,57 @@ class TorchSpec:
     hint: str = ""
     grad: bool = True
     compile: bool = True
+    checks: bool = False
 
 
 _ENTRIES: dict[str, Entry] = {}
 _TORCH: list[TorchSpec] = []
+# Each torch spelling (a torch callable, or ``"RaggedArray.<name>"`` for a Tensor-style method)
+# -> (what declared it, where: ``file:line``). A spelling is declared once, as supported or
+# refused: a second declaration raises at import, naming both.
+_CLAIMS: dict[Any, tuple[str, str]] = {}
+_HERE = __file__
+
+
+def _where() -> str:
+    """``file:line`` of the declaration being made: the first caller outside this module and
+    the declaring helpers (``_spelling._custom``)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name != _HERE and not name.endswith("_spelling.py"):
+            return f"{name.rsplit('ragged/', 1)[-1]}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+def spelling_name(key: Any) -> str:
+    """How users spell a torch callable or method key, for messages (``torch.exp``)."""
+    if isinstance(key, str):
+        return key
+    name = torch.overrides.resolve_name(key)
+    return name or getattr(key, "__qualname__", repr(key))
+
+
+def claim(keys: tuple[Any, ...], what: str) -> None:
+    """Record that ``what`` declares the torch spellings ``keys`` (torch callables, or
+    ``"RaggedArray.<name>"``); raise if one of them is already declared."""
+    where = _where()
+    for key in keys:
+        known = _CLAIMS.get(key)
+        if known is not None or keys.count(key) > 1:
+            known = known or (what, where)
+            raise ValueError(
+                f"{spelling_name(key)} is declared twice: as {known[0]} at {known[1]} and as "
+                f"{what} at {where}; a torch spelling is declared once, as supported or "
+                "refused: remove one of them."
+            )
+    _CLAIMS.update(dict.fromkeys(keys, (what, where)))
+
+
+def claims() -> dict[Any, tuple[str, str]]:
+    """Every declared torch spelling -> (what declared it, ``file:line``)."""
+    return dict(_CLAIMS)
 
 
 def _parse_args(name: str, fn: Callable[..., Any], schema: str) -> tuple[Arg, ...]:
@@ -378,6 +342,7 @@ def op(
         if torch_args:
             signatures += (TorchArgs.parse(fn, torch_args),)  # type: ignore[arg-type]
         spec = OpSpec(public_name, namespace, obj, family, rule, declared, fns, methods, signatures)
+        claim((*fns, *(f"RaggedArray.{m}" for m in methods)), f"the op {spec.qualname}")
         _register(spec)
         return obj  # type: ignore[return-value]
 
@@ -451,6 +416,7 @@ def torch_function(
     see: tuple[str, ...] = (),
     grad: bool = True,
     compile: bool = True,
+    checks: bool = False,
 ) -> Callable[[T], T]:
     """Declare the handler of torch functions (and Tensor methods) that no op answers.
 
@@ -462,7 +428,9 @@ def torch_function(
         raise ValueError(f"unknown family {family!r}")
 
     def declare(handler: T) -> T:
-        spec = TorchSpec(fns, methods, handler, family, meaning, see, "", grad, compile)  # type: ignore[arg-type]
+        spec = TorchSpec(fns, methods, handler, family, meaning, see, "", grad, compile, checks)  # type: ignore[arg-type]
+        keys = (*fns, *(f"RaggedArray.{m}" for m in methods))
+        claim(keys, f"the {family} handler {getattr(handler, '__qualname__', handler)}")
         _TORCH.append(spec)
         return handler
 
@@ -470,7 +438,11 @@ def torch_function(
 
 
 def refuse(*fns: Any, family: str, hint: str, see: tuple[str, ...] = ()) -> None:
-    """Declare torch functions that RaggedArrays refuse, and what to use instead (``hint``)."""
+    """Declare torch functions that RaggedArrays refuse, and what to use instead (``hint``).
+
+    Declared next to the ops of ``family``; a function is supported or refused, not both.
+    """
+    claim(fns, f"a refusal ({family})")
     _TORCH.append(TorchSpec(fns, (), None, family, "not supported", see, hint, False, False))
 
 

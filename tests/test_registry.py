@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 import ragged
 import ragged.data
@@ -246,3 +247,45 @@ def test_no_function_level_imports_of_ragged_modules() -> None:
         if not top
     ]
     assert not late, f"imports inside functions: {late}"
+
+
+# --- one declaration per torch spelling --------------------------------------------------------
+
+
+def test_a_second_declaration_of_a_torch_spelling_names_both_places() -> None:
+    claims = _registry.claims()
+    first = claims[torch.exp]
+    with pytest.raises(ValueError, match="declared twice") as caught:
+        _registry.refuse(torch.exp, family="elementwise", hint="none")
+    message = str(caught.value)
+    assert message.startswith("torch.exp is declared twice: ")
+    assert f"as {first[0]} at {first[1]}" in message
+    here = Path(__file__).name
+    assert re.search(rf"as a refusal \(elementwise\) at .*{here}:\d+;", message)
+    assert _registry.claims() == claims  # nothing was entered
+
+
+def test_a_second_declaration_of_a_method_or_an_op_spelling_raises() -> None:
+    def nansum_twice(x):  # an op answering torch.sum, which ragged.sum already answers
+        return x
+
+    declare = _registry.op(
+        "reductions",
+        rule=_registry.get("ragged.sum").rule,
+        args="x: ragged",
+        torch=(torch.sum,),
+        torch_args="input",
+        name="sum_twice_for_the_test",
+    )
+    with pytest.raises(ValueError, match=r"torch\.sum is declared twice: as the op ragged\.sum "):
+        declare(nansum_twice)
+    assert "ragged.sum_twice_for_the_test" not in {e.qualname for e in _registry.entries()}
+    with pytest.raises(ValueError, match=r"RaggedArray\.exp is declared twice"):
+        _registry.torch_function(family="elementwise", meaning="x", methods=("exp",))(len)
+
+
+def test_file_and_line_of_each_declaration_are_recorded() -> None:
+    for key, (what, where) in _registry.claims().items():
+        path, _, line = where.rpartition(":")
+        assert (PACKAGE / path).is_file(), (key, where)
+        assert line.isdigit() and what, (key, where)

@@ -10,17 +10,17 @@ from hypothesis import given, settings
 
 import ragged
 import ragged.testing
-from ragged.kernels import _scan
+from ragged.kernels import _monoids, _scan
 from tests.paths import PATHS, use_path
 from tests.strategies import ragged_arrays
 
 INF = math.inf
 SCANS = {
-    "cumsum": (_scan.SUM, torch.cumsum, 0.0),
-    "cumprod": (_scan.PROD, torch.cumprod, 1.0),
-    "cummax": (_scan.MAX, lambda t, d: torch.cummax(t, d).values, -INF),
-    "cummin": (_scan.MIN, lambda t, d: torch.cummin(t, d).values, INF),
-    "logcumsumexp": (_scan.LOGSUMEXP, torch.logcumsumexp, -INF),
+    "cumsum": (_monoids.SUM, torch.cumsum, 0.0),
+    "cumprod": (_monoids.PROD, torch.cumprod, 1.0),
+    "cummax": (_monoids.MAX, lambda t, d: torch.cummax(t, d).values, -INF),
+    "cummin": (_monoids.MIN, lambda t, d: torch.cummin(t, d).values, INF),
+    "logcumsumexp": (_monoids.LOGSUMEXP, torch.logcumsumexp, -INF),
 }
 
 

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 
 import ragged
-from ragged.ops import _sorting as _sort
+from ragged.kernels import _sort
 from ragged.testing import check_compile
 from tests.strategies import ragged_arrays
 

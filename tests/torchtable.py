@@ -163,11 +163,12 @@ def op_rows() -> list[tuple[Any, str, Any]]:
 
 POSITIVE = {"log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "lgamma", "digamma"}
 UNIT = {"acos", "arccos", "asin", "arcsin", "atanh", "arctanh", "erfinv"}
-ABOVE_ONE = {"acosh", "arccosh"}
+ABOVE_ONE = {"acosh", "arccosh", "mvlgamma"}
 PROBABILITY = {"logit"}
 # Extra arguments the call needs (torch requires them), and which must stay deterministic.
 EXTRA: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "threshold": ((0.1, 2.0), {}),
+    "mvlgamma": ((2,), {}),
     "dropout": ((0.5, False), {}),
     "alpha_dropout": ((0.5, False), {}),
 }
@@ -179,12 +180,17 @@ BINARY_KINDS = {
     "ldexp": ("float", "small_int"),
     "bitwise_left_shift": ("int", "small_int"),
     "bitwise_right_shift": ("int", "small_int"),
+    "gcd": ("int", "int"),
+    "lcm": ("int", "small_int"),
+    "igamma": ("positive", "positive"),
+    "igammac": ("positive", "positive"),
 }
 
 
 def pointwise_entries() -> list[_registry.TorchSpec]:
     """The declarations of ``ragged/ops/_pointwise.py`` (elementwise, on the values)."""
-    return [e for e in _registry.torch_functions() if e.see == ("ragged.apply",)]
+    entries = _registry.torch_functions()
+    return [e for e in entries if e.see == ("ragged.apply",) and e.handler is not None]
 
 
 def name_of(entry: _registry.TorchSpec) -> str:

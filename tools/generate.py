@@ -13,6 +13,12 @@ Usage: ``python tools/generate.py`` from the repository root. It writes
 * ``docs/torch.md``: the table of torch functions on RaggedArrays.
 
 ``tests/test_registry.py`` fails when any of them is out of date.
+
+The files that users import or type-check against (the re-exports, the stubs, the reference)
+come from the registry alone and are written first. ``docs/api.md`` and ``docs/torch.md`` also
+show what the tests prove (gradients, transforms, compile), so they read the op table
+(``tests/optable/``, imported after the registry's ops are reachable as ``ragged.<name>``);
+an op without an entry there stops with a message that names it and where its entry goes.
 """
 
 from __future__ import annotations
@@ -33,8 +39,7 @@ sys.path.insert(0, str(ROOT))
 import ragged  # noqa: E402
 import ragged.ops  # noqa: E402
 import ragged.testing  # noqa: E402  (declares its names)
-from ragged import _registry  # noqa: E402
-from tests.optable import all_ops  # noqa: E402
+from ragged import _registry, _torch_args  # noqa: E402
 
 YES, NO = "✓", "–"
 NAV_START, NAV_END = "# reference:start (tools/generate.py)", "# reference:end"
@@ -81,10 +86,28 @@ def sections() -> dict[str, tuple[str, str, list[_registry.Entry]]]:
         if key in _registry.FAMILIES:
             members.sort(key=lambda e: e.name.lower())
         members.sort(key=lambda e: e.name != "RaggedArray")  # the type first on its page
+        if key in FIRST:  # the names users meet first lead their page
+            members.sort(key=lambda e: FIRST[key].index(e.name) if e.name in FIRST[key] else 99)
         out[key] = (title, text, members)
     order = ["arrays", "constructors", "conversions", *_registry.FAMILIES, "transforms"]
     order += [k for k in _registry.SECTIONS if k not in order]
     return {k: out[k] for k in order}
+
+
+# Sections whose names are listed in the order users meet them; the rest follow in source order.
+FIRST = {
+    "transforms": [
+        "map",
+        "vmap",
+        "RaggedVmapFallbackWarning",
+        "jit",
+        "dynamic_shapes",
+        "reduce",
+        "export",
+        "load_exported",
+        "RaggedExportedProgram",
+    ],
+}
 
 
 def identifier(entry: _registry.Entry) -> str:
@@ -103,9 +126,17 @@ def render_reference_page(key: str, title: str, text: str, members: list) -> str
     lines = [f"# {title}", "", text, ""]
     if key in _registry.FAMILIES:
         lines += [
-            f"Which transforms each op supports: the [support matrix](../api.md#{_slug(title)}).",
+            f"Which transforms each op supports: the [support matrix](../api.md#{_slug(title)});",
+            "the family's rules and design notes follow the functions.",
             "",
         ]
+    for entry in members:
+        lines.append(f"::: {identifier(entry)}")
+        if identifier(entry) != entry.qualname:
+            lines += ["    options:", f'      heading: "{entry.qualname}"']
+        lines.append("")
+    if key in _registry.FAMILIES:
+        lines += [f"## Rules and design notes: {title.lower()}", ""]
         modules = dict.fromkeys(e.obj.__module__ for e in declared() if e in members)
         for module in modules:  # each module's docstring states its family's rules
             lines += [
@@ -116,11 +147,6 @@ def render_reference_page(key: str, title: str, text: str, members: list) -> str
                 "      show_root_toc_entry: false",
                 "",
             ]
-    for entry in members:
-        lines.append(f"::: {identifier(entry)}")
-        if identifier(entry) != entry.qualname:
-            lines += ["    options:", f'      heading: "{entry.qualname}"']
-        lines.append("")
     return "\n".join(lines)
 
 
@@ -170,6 +196,56 @@ def render_mkdocs(current: str) -> str:
 # --- the support matrix -----------------------------------------------------------------------
 
 
+def op_table() -> dict[str, Any]:
+    """The first op-table entry of every declared op (``tests/optable/``), by qualified name.
+
+    A newly declared op is published as ``ragged.<name>`` (and ``ragged.ops.<name>``) first, as
+    the regenerated ``ragged/ops/__init__.py`` will, so its entry can name it in this process.
+    """
+    for spec in declared_ops():
+        if spec.namespace == "ragged":
+            for module in (ragged, ragged.ops):
+                if not hasattr(module, spec.name):
+                    setattr(module, spec.name, spec.obj)
+    optable = importlib.import_module("tests.optable")
+    table: dict[str, Any] = {}
+    for info in optable.all_ops():
+        table.setdefault(info.spec.qualname, info)
+    missing = [
+        f"{spec.qualname} (family {spec.family!r}): add an OpInfo to "
+        f"tests/optable/{_TABLE_MODULES.get(spec.family, spec.family)}.py"
+        for spec in declared_ops()
+        if spec.qualname not in table
+    ]
+    if missing:
+        raise SystemExit(
+            "tools/generate.py: ops without an op-table entry (docs/contributing.md, step 3):\n  "
+            + "\n  ".join(missing)
+        )
+    return table
+
+
+# Op family -> its table module in tests/optable/, where the names differ.
+_TABLE_MODULES = {
+    "normalization": "normalize",
+    "scans": "scan",
+    "sorting": "sort",
+    "sampling": "sample",
+    "combining": "combine",
+}
+
+
+def declared_ops() -> list[_registry.OpSpec]:
+    declared()
+    return _registry.ops()
+
+
+def all_ops() -> list[Any]:
+    """Every op-table entry (after the check that every declared op has one)."""
+    op_table()
+    return importlib.import_module("tests.optable").all_ops()
+
+
 def support_matrix() -> list[str]:
     entries = all_ops()
     lines = []
@@ -196,6 +272,24 @@ def support_matrix() -> list[str]:
     return lines
 
 
+def shown_name(entry: _registry.Entry) -> str:
+    """How the index spells ``entry``: ``sum``, ``ragged.nn.RaggedLayerNorm``, ``x[...]``."""
+    if entry.namespace == "ragged":
+        return entry.name
+    if entry.namespace.startswith("ragged."):
+        return entry.qualname
+    return "x[...]" if entry.name == "__getitem__" else entry.qualname
+
+
+def public_index() -> list[str]:
+    """One row per reference section: its title, what it holds and every name in it."""
+    lines = ["| section | what | names |", "|---|---|---|"]
+    for key, (title, text, members) in sections().items():
+        names = ", ".join(f"[`{shown_name(e)}`]({anchor(e)})" for e in members)
+        lines.append(f"| [{title}](reference/{key}.md) | {text} | {names} |")
+    return [*lines, ""]
+
+
 def render_api() -> str:
     parts = [
         "# API overview",
@@ -205,6 +299,12 @@ def render_api() -> str:
         "Every public op is declared once, next to its implementation, with its family, axis",
         "rule and argument kinds; the [reference](reference/index.md) renders every docstring.",
         "",
+        "## Every public name",
+        "",
+        "By section of the [reference](reference/index.md); the names of the first sections are",
+        "`ragged.<name>`, those of the modules below them carry their module.",
+        "",
+        *public_index(),
         "## Support matrix",
         "",
         "Every row is an entry of the op table (`tests/optable/`), tested against a per-segment",
@@ -248,7 +348,7 @@ def _op_stub(name: str, spec: _registry.OpSpec) -> list[str]:
     parts: list[str] = []
     keyword_only = False
     for param in args.params[1:]:
-        if param.target == _registry.IGNORED:
+        if param.target == _torch_args.IGNORED:
             continue
         if param.variadic:
             parts.append(f"*{param.name}: Any")
@@ -257,13 +357,13 @@ def _op_stub(name: str, spec: _registry.OpSpec) -> list[str]:
         if not param.positional and not keyword_only:
             parts.append("*")
             keyword_only = True
-        if param.target == _registry.CAST:
+        if param.target == _torch_args.CAST:
             annotation = "torch.dtype | None"
         elif param.target is None:
             annotation = "Any"
         else:
             annotation = _annotation(signature.parameters[param.target].annotation)
-        default = "" if param.default is _registry.REQUIRED else f" = {param.default!r}"
+        default = "" if param.default is _torch_args.REQUIRED else f" = {param.default!r}"
         parts.append(f"{param.name}: {annotation}{default}")
     returns = _annotation(signature.return_annotation)
     if spec.rule.kind == "remove" and parts and parts[0].startswith("dim:"):
@@ -485,7 +585,7 @@ def _mapping(spec: _registry.OpSpec) -> str:
         f"`{p.name}`→`{p.target}`"
         for p in args.params
         if p.target
-        and p.target not in (_registry.CAST, _registry.IGNORED)
+        and p.target not in (_torch_args.CAST, _torch_args.IGNORED)
         and p.name != p.target
         and p is not args.params[0]
     ]
@@ -498,10 +598,7 @@ def _first_line(obj: object) -> str:
 
 def torch_rows() -> dict[str, list[tuple[str, str, str, bool, bool]]]:
     """Section -> rows (functions, meaning, ragged functions, grad, compile)."""
-    declared()
-    table: dict[str, Any] = {}
-    for op in all_ops():
-        table.setdefault(op.spec.qualname, op)  # the first entry of each op (tests/torchtable.py)
+    table = op_table()  # the first entry of each op (tests/torchtable.py)
     rows: dict[str, list[tuple[str, str, str, bool, bool]]] = {k: [] for k in TORCH_SECTIONS}
     for spec in _registry.ops():
         if not (spec.torch or spec.methods):
@@ -578,30 +675,46 @@ def render_torch_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def outputs() -> dict[Path, str]:
-    """Every generated file and its content."""
+def registry_outputs() -> dict[Path, str]:
+    """The generated files that come from the registry alone, and their content."""
     files = {
         ROOT / "ragged" / "ops" / "__init__.py": render_ops_init(),
-        ROOT / "docs" / "api.md": render_api(),
         ROOT / "mkdocs.yml": render_mkdocs((ROOT / "mkdocs.yml").read_text()),
         ROOT / "ragged" / "_tensor_methods.pyi": render_tensor_methods(),
-        ROOT / "docs" / "torch.md": render_torch_page(),
     }
     files.update({ROOT / path: text for path, text in render_reference().items()})
     return files
 
 
-def main() -> None:
-    reference = ROOT / "docs" / "reference"
-    reference.mkdir(exist_ok=True)
-    files = outputs()
-    for stale in set(reference.glob("*.md")) - set(files):
-        stale.unlink()
-        print(f"removed {stale.relative_to(ROOT)}")
+def table_outputs() -> dict[Path, str]:
+    """The generated pages that also show the op table's flags."""
+    return {
+        ROOT / "docs" / "api.md": render_api(),
+        ROOT / "docs" / "torch.md": render_torch_page(),
+    }
+
+
+def outputs() -> dict[Path, str]:
+    """Every generated file and its content."""
+    return {**registry_outputs(), **table_outputs()}
+
+
+def _write(files: dict[Path, str]) -> None:
     for path, text in files.items():
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
             print(f"wrote {path.relative_to(ROOT)}")
+
+
+def main() -> None:
+    reference = ROOT / "docs" / "reference"
+    reference.mkdir(exist_ok=True)
+    files = registry_outputs()
+    for stale in set(reference.glob("*.md")) - set(files):
+        stale.unlink()
+        print(f"removed {stale.relative_to(ROOT)}")
+    _write(files)
+    _write(table_outputs())
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Usage: ``python tools/overhead.py`` from a checkout (one thread; the minimum over 15 batches of
 2000 calls, robust on a shared machine). The same cases as the eager-overhead table of
 ``benchmarks/ops.py``, plus ``ragged.add`` and ``ragged.softmax``; run it on two checkouts to
-compare them (docs/benchmarks.md, "Eager overhead before and after the op registry").
+compare them (docs/benchmarks-history.md, "Eager overhead before and after the op registry").
 """
 
 import time

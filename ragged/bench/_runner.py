@@ -96,11 +96,6 @@ def suite_options(suite: Suite, root: Path | None = None, timeout: float = 120.0
     return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", suite.help))
 
 
-def supports_json(suite: Suite, root: Path, timeout: float = 120.0) -> bool:
-    """Whether the script's ``--help`` runs and offers a ``--json`` flag."""
-    return "--json" in suite_options(suite, root, timeout)
-
-
 def _result_problem(result: Any) -> str:
     """Why a suite's JSON is not a result document (see ``_report``), or ``""``."""
     if not isinstance(result, dict):

@@ -29,7 +29,7 @@ from .._registry import public
 
 
 @dataclasses.dataclass
-class _Pass:
+class CollectivePass:
     """The collectives' state during one pass of a named ``ragged.vmap``."""
 
     axis_name: str
@@ -38,13 +38,13 @@ class _Pass:
     kinds: list[str] = dataclasses.field(default_factory=list)
 
 
-_ACTIVE: contextvars.ContextVar[tuple[_Pass, ...]] = contextvars.ContextVar(
+_ACTIVE: contextvars.ContextVar[tuple[CollectivePass, ...]] = contextvars.ContextVar(
     "ragged_collectives", default=()
 )
 
 
 @contextlib.contextmanager
-def collective_pass(state: _Pass) -> Iterator[_Pass]:
+def collective_pass(state: CollectivePass) -> Iterator[CollectivePass]:
     """Make ``state`` the innermost active pass while ``f`` runs."""
     token = _ACTIVE.set((*_ACTIVE.get(), state))
     try:

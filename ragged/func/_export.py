@@ -24,14 +24,11 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._errors import type_error
 from .._partition import Partition, RowPartition
+from .._pytree import is_ragged_leaf
 from .._registry import public
 from ._compile import dynamic_shapes
 
 _SPEC_FILE = "ragged_calling_convention.json"
-
-
-def _is_ragged(node: Any) -> bool:
-    return isinstance(node, RaggedArray)
 
 
 def _rebuild(values: Tensor, offsets: list[Tensor], axes: list[str] | None) -> RaggedArray:
@@ -44,7 +41,7 @@ def _rebuild(values: Tensor, offsets: list[Tensor], axes: list[str] | None) -> R
 def _to_tensors(tree: Any) -> tuple[list[Tensor | Any], list[Any]]:
     """Flatten a pytree with RaggedArrays as their values and the offsets of every level;
     record names and numbers of levels per leaf."""
-    leaves, _ = pytree.tree_flatten(tree, is_leaf=_is_ragged)
+    leaves, _ = pytree.tree_flatten(tree, is_leaf=is_ragged_leaf)
     flat: list[Any] = []
     kinds: list[Any] = []
     for leaf in leaves:
@@ -86,7 +83,7 @@ class _Flat(torch.nn.Module):
 
     def forward(self, *flat: Any) -> Any:
         args = pytree.tree_unflatten(_from_tensors(list(flat), self.in_kinds), self.in_spec)
-        leaves = pytree.tree_leaves(self.model(*args), is_leaf=_is_ragged)
+        leaves = pytree.tree_leaves(self.model(*args), is_leaf=is_ragged_leaf)
         return tuple(_to_tensors(leaves)[0])
 
 
@@ -107,7 +104,7 @@ class RaggedExportedProgram:
 
     def __call__(self, *args: Any) -> Any:
         """Run on RaggedArrays (and other arguments) of any batch size."""
-        leaves, spec = pytree.tree_flatten(args, is_leaf=_is_ragged)
+        leaves, spec = pytree.tree_flatten(args, is_leaf=is_ragged_leaf)
         flat, kinds = _to_tensors(leaves)
         same_kinds = [(k["ragged"], k.get("levels")) for k in kinds] == [
             (k["ragged"], k.get("levels")) for k in self.in_kinds
@@ -158,11 +155,11 @@ def export(model: Callable[..., Any], args: tuple[Any, ...]) -> RaggedExportedPr
         raise type_error(
             export, "args", "must be a tuple of example arguments", type(args).__name__
         )
-    leaves, in_spec = pytree.tree_flatten(args, is_leaf=_is_ragged)
+    leaves, in_spec = pytree.tree_flatten(args, is_leaf=is_ragged_leaf)
     flat, in_kinds = _to_tensors(leaves)
     wrapper = _Flat(model, in_spec, in_kinds)
     # The output convention comes from one eager call (tracing must not mutate the wrapper).
-    out_leaves, out_spec = pytree.tree_flatten(model(*args), is_leaf=_is_ragged)
+    out_leaves, out_spec = pytree.tree_flatten(model(*args), is_leaf=is_ragged_leaf)
     out_kinds = _to_tensors(out_leaves)[1]
     dims: list[Any] = []
     for kind in in_kinds:

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch.utils._pytree as pytree
 
-from .._array import RaggedArray
 from .._errors import Func, type_error, value_error
+from .._pytree import is_ragged_leaf
 
 
 def setting_leaf(prefix: Any) -> bool:
@@ -44,7 +44,7 @@ def prefix_leaves(
     [0, 0, None]
     """
     if is_setting(prefix):
-        return [prefix] * len(pytree.tree_leaves(tree, is_leaf=_is_ragged))
+        return [prefix] * len(pytree.tree_leaves(tree, is_leaf=is_ragged_leaf))
     if isinstance(prefix, (tuple, list)) and isinstance(tree, (tuple, list)):
         if len(prefix) != len(tree):
             raise value_error(func, param, f"must have {len(tree)} entries to match", len(prefix))
@@ -62,7 +62,3 @@ def prefix_leaves(
             for leaf in prefix_leaves(func, param, prefix[key], tree[key], is_setting)
         ]
     raise type_error(func, param, "must be a setting or a pytree prefix of its tree", repr(prefix))
-
-
-def _is_ragged(node: Any) -> bool:
-    return isinstance(node, RaggedArray)

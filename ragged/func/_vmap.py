@@ -28,8 +28,9 @@ from .._axes import transformed
 from .._broadcast import same_partition
 from .._errors import name_of, type_error, typename, value_error
 from .._partition import Partition
+from .._pytree import is_ragged_leaf
 from .._registry import public
-from ._collectives import _Pass, collective_pass, combine
+from ._collectives import CollectivePass, collective_pass, combine
 from ._prefix import names_leaf, prefix_leaves
 from ._vmap_levels import run_levels
 
@@ -37,10 +38,6 @@ from ._vmap_levels import run_levels
 @public("transforms")
 class RaggedVmapFallbackWarning(UserWarning):
     """``ragged.vmap(method="auto")`` could not vmap ``f`` and fell back to a loop."""
-
-
-def _is_ragged(node: Any) -> bool:
-    return isinstance(node, RaggedArray)
 
 
 @dataclasses.dataclass
@@ -183,7 +180,7 @@ class _Call:
         self.names = names
         self.out_ragged, self.fill_empty = out_ragged, fill_empty
         self.method, self.randomness = method, randomness
-        self.leaves, self.spec = pytree.tree_flatten(args, is_leaf=_is_ragged)
+        self.leaves, self.spec = pytree.tree_flatten(args, is_leaf=is_ragged_leaf)
         self.axes = axes = prefix_leaves(vmap, "in_axes", in_axes, args)
         self.partition = self._partition()
         for i, (leaf, axis) in enumerate(zip(self.leaves, axes, strict=True)):
@@ -243,7 +240,7 @@ class _Call:
                 out.append(leaf.index_select(0, bucket.segments))
         return out
 
-    def _call_one(self, state: _Pass) -> Callable[..., Any]:
+    def _call_one(self, state: CollectivePass) -> Callable[..., Any]:
         mapped = [i for i, axis in enumerate(self.axes) if axis is not None]
 
         def call(*inputs: Any) -> Any:
@@ -260,7 +257,7 @@ class _Call:
     def _run_bucket(
         self, bucket: _Bucket, known: list[Tensor]
     ) -> tuple[Any, tuple[Tensor, ...], list[str]]:
-        state = _Pass(self.axis_name or "", known)
+        state = CollectivePass(self.axis_name or "", known)
         call = self._call_one(state)
         inputs = self._inputs(bucket)
         if self.method != "loop":
@@ -370,7 +367,7 @@ class _Call:
                 inputs.append(leaf.values.new_zeros((length, *leaf.values.shape[1:])))
             else:
                 inputs.append(leaf.new_zeros(leaf.shape[1:]))
-        return self._call_one(_Pass(self.axis_name or "", []))(*inputs)[0]
+        return self._call_one(CollectivePass(self.axis_name or "", []))(*inputs)[0]
 
     # --- putting the outputs back in segment order ------------------------------------------
 
@@ -401,7 +398,7 @@ class _Call:
         if bucket.length == 0:
             return None
         shorter = _Bucket(bucket.length - 1, bucket.segments[:1], bucket.rows[: bucket.length - 1])
-        state = _Pass(self.axis_name or "", self.known)
+        state = CollectivePass(self.axis_name or "", self.known)
         inputs = self._inputs(shorter)
         try:
             out, _ = self._call_one(state)(*(t[0] for t in inputs))

@@ -26,12 +26,9 @@ from .._array import RaggedArray
 from .._axes import transformed
 from .._errors import name_of, value_error
 from .._partition import Partition, RowPartition
+from .._pytree import is_ragged_leaf
 from ..ops._combining import concat
 from ._prefix import names_leaf, prefix_leaves
-
-
-def _is_ragged(node: Any) -> bool:
-    return isinstance(node, RaggedArray)
 
 
 class _Group:
@@ -92,7 +89,7 @@ def run_levels(call: Any, vmap: Callable[..., Any], warning: type[Warning]) -> A
     if not groups:
         raise value_error(vmap, "args", "must have at least one segment to call f on", "0 segments")
     outputs = [_run_group(call, vmap, warning, x, g) for g in groups]
-    flat = [pytree.tree_flatten(out, is_leaf=_is_ragged) for out, _ in outputs]
+    flat = [pytree.tree_flatten(out, is_leaf=is_ragged_leaf) for out, _ in outputs]
     spec = flat[0][1]
     if any(s != spec for _, s in flat):
         raise ValueError(
@@ -161,7 +158,7 @@ def _run_group(
     stacked = pytree.tree_map(
         lambda *ts: torch.stack(ts) if isinstance(ts[0], Tensor) else list(ts),
         *results,
-        is_leaf=_is_ragged,
+        is_leaf=is_ragged_leaf,
     )
     return _restack(results, stacked), sub
 
@@ -179,7 +176,7 @@ def _restack(results: list[Any], stacked: Any) -> Any:
             return _PerSegment(list(items))
         return torch.stack(items)
 
-    return pytree.tree_map(merge, *results, is_leaf=_is_ragged)
+    return pytree.tree_map(merge, *results, is_leaf=is_ragged_leaf)
 
 
 class _PerSegment:

@@ -11,19 +11,19 @@
 * DanLing's ``NestedTensor`` (PyPI ``danling``, optional): ``to_danling``,
   ``from_danling``.
 * ``torch.nested`` jagged tensors: ``ragged.from_nested`` and ``RaggedArray.to_nested``.
-* awkward arrays (PyPI ``awkward``, optional): ``from_awkward``, ``to_awkward`` (defined in
-  ``ragged/_awkward.py``, which ``ragged.array`` uses too).
+* awkward arrays (PyPI ``awkward``, optional): ``from_awkward``, ``to_awkward`` (``ragged.array``
+  takes awkward arrays too).
 
 Every conversion is differentiable with respect to the values. Host reads are stated per
 function; they happen only where the other format keeps sizes on the host (``PackedSequence``'s
 ``batch_sizes``, DanLing's offsets) or where an output size depends on the data.
 
-Each format has its own module here (``_packed_sequence``, ``_hf``, ``_pyg``, ``_danling``);
+Each format has its own module here (``_packed_sequence``, ``_hf``, ``_pyg``, ``_danling``, ``_awkward``);
 optional peers are imported on first use only.
 """
 
-from .._awkward import from_awkward as from_awkward
-from .._awkward import to_awkward as to_awkward
+from ._awkward import from_awkward as from_awkward
+from ._awkward import to_awkward as to_awkward
 from ._danling import from_danling as from_danling
 from ._danling import to_danling as to_danling
 from ._hf import from_hf as from_hf

@@ -237,7 +237,7 @@ class PairTiles:
         tile = tile + (i // size) * self._m_tiles.index_select(0, segment) + j // size
         return tile, (i % size) * size + j % size
 
-    def gather_rows(self, values: Tensor, axis: str) -> Tensor:
+    def tile_rows(self, values: Tensor, axis: str) -> Tensor:
         """A one-level operand's rows per tile: ``[count, size, *inner]`` (zero padding) for the
         tiles' rows (``axis="i"``, over ``rows``) or columns (``"j"``, over ``columns``)."""
         if axis == "i":

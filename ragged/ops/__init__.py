@@ -54,7 +54,6 @@ from ._pairs import outer as outer
 from ._pairs import pair_dot as pair_dot
 from ._pairs import pair_matmul as pair_matmul
 from ._pairs import transpose as transpose
-from ._pairs import triangle_multiply as triangle_multiply
 from ._reductions._logical import all as all
 from ._reductions._logical import any as any
 from ._reductions._logical import argmax as argmax
@@ -88,6 +87,7 @@ from ._structure import combinations as combinations
 from ._structure import flatten as flatten
 from ._structure import local_index as local_index
 from ._structure import unflatten as unflatten
+from ._triangle import triangle_multiply as triangle_multiply
 
 __all__ = [
     "abs",

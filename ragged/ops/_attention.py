@@ -7,18 +7,17 @@ to the longest segment.
 Three implementations with one semantics (the reference is
 ``F.scaled_dot_product_attention`` on each segment, transposed to ``(H, L, Dh)``):
 
-* on CUDA (``ragged/kernels/_attention_varlen.py``): torch's variable-length flash or
+* on CUDA (the varlen kernel module): torch's variable-length flash or
   memory-efficient kernel, with the offsets as cumulative sequence lengths and the partitions'
   static maximum lengths: no padding, no buckets, no host read. Taken when the dtype, head sizes
   and settings allow (no pair bias, maximum lengths known, no ``torch.func`` transform); see that
   module for the rules.
-* eager on CPU (``ragged/kernels/_attention_buckets.py``): segments grouped into length buckets,
+* eager on CPU (the buckets module): segments grouped into length buckets,
   one call of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host
   once per partition object (cached, weakly). Under ``torch.compile`` on CPU the same kernel runs
-  as an opaque custom op (``_attention_op.py``): one graph across batches with static shapes; it
-  reads the lengths from memory when it runs. Narrow windows run band by band
-  (``_attention_blocks.py``).
-* otherwise (``ragged/kernels/_attention_tiles.py``): block tiles of each segment, batched
+  as an opaque custom op: one graph across batches with static shapes; it
+  reads the lengths from memory when it runs. Narrow windows run band by band.
+* otherwise (the tiles module): block tiles of each segment, batched
   matmuls and segment softmax, with static sizes only: on other devices (eager or compiled),
   with ``TILES_UNDER_COMPILE``, or with dropout or a ``score_mod`` on CPU (and a ``mask_mod``
   under ``torch.compile``). No host read when the partitions
@@ -28,11 +27,11 @@ Three implementations with one semantics (the reference is
 Memory is at most ``O(sum_b Lq_b * Lk_b)`` (the pairs that exist), never ``O(B * Lmax^2)``.
 
 The variants (grouped-query heads, windows, ALiBi, relative positions, document and prefix
-masks, ``score_mod``, ``mask_mod``) are checked in ``_attention_variants.py`` and evaluated by
-every path on its own blocks of scores (``ragged/kernels/_attention_mods.py``); ``_attend``
-takes one ragged level of queries and one of keys, so a dispatch for inner ragged axes can call
+masks, ``score_mod``, ``mask_mod``) are checked once and evaluated by every path on its own
+blocks of scores; the attention core takes one ragged level of queries and one of keys, so a dispatch for inner ragged axes can call
 it on the innermost level. Semantics decisions are in ``docs/semantics.md`` (section "Attention
-semantics").
+semantics"). Each path is one module of ``ragged/kernels/`` (attention varlen, buckets, op,
+blocks, tiles, variants and mods).
 """
 
 from __future__ import annotations

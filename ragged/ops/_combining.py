@@ -1,6 +1,6 @@
 """Combining arrays: ``concat`` and ``stack``, and taking one apart again with ``split``.
 
-Axis rules (``ragged._axes``):
+Axis rules (docs/semantics.md, "Axis names"):
 
 * ``concat`` along the batch axis or the ragged axis builds a **new partition**; along an inner
   axis it **keeps** the (shared) partition. All inputs must have the same axis names, or none

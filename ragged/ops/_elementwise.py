@@ -1,7 +1,7 @@
 """Elementwise ops: Python operators, ``where`` and ``apply`` for any torch pointwise function.
 
 Axis rule: **keep all**. The result has the partition (the same object) of its ragged
-operand(s) and their axis names; operands line up as described in ``ragged._broadcast``.
+operand(s) and their axis names; operands line up as described in docs/semantics.md ("Broadcasting").
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import Tensor
 
 from .._array import RaggedArray
 from .._axes import KEEP, UNIFY
-from .._broadcast import align, same_partition
+from .._broadcast import align, line_up
 from .._errors import Func, name_of
 from .._registry import op
 from .._versions import check_unchanged
@@ -373,18 +373,8 @@ def where(condition: Any, x: Any, y: Any) -> RaggedArray:
     first = ragged_args[0]
     for other in ragged_args:
         check_unchanged(func, other, names=_ARG)
-        if other.partition is not first.partition:
-            same_partition(func, first, other)
-    parts = [_as_values(func, a, first) for a in (condition, x, y)]
+    parts = [line_up(func, first, a) for a in (condition, x, y)]
     return RaggedArray(torch.where(*parts), first.partition, first.axes)
-
-
-def _as_values(func: Func, a: Any, like: RaggedArray) -> Any:
-    if isinstance(a, RaggedArray):
-        return a.values
-    if isinstance(a, Tensor):
-        return align(func, like, a)[1]
-    return a
 
 
 @op("elementwise", rule=KEEP, args="fn: callable, *args: any, **kwargs: any", checks=True)
@@ -410,9 +400,7 @@ def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RaggedArray:
     first = ragged_args[0]
     for other in ragged_args:
         check_unchanged(func, other, names=_ARG)
-        if other.partition is not first.partition:
-            same_partition(func, first, other)
-    values = [_as_values(func, a, first) for a in args]
+    values = [line_up(func, first, a) for a in args]
     out = fn(*values, **kwargs)
     if not isinstance(out, Tensor) or out.dim() == 0 or out.shape[0] != first.values.shape[0]:
         got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__

@@ -82,7 +82,7 @@ def group(x: RaggedArray, axes: tuple[int, ...], *, exact: bool = True) -> Group
         return Grouping(Segments(ids, x.num_segments, counts, offsets), None, ())
     if nr == 2 and axes == (1,) and levels[1].columns is not None:
         return _pair_map_rows(levels[0], levels[1])
-    return _general(x.partition, axes, exact)
+    return _group_any_axes(x.partition, axes, exact)
 
 
 def positions_along(partition: Partition, axis: int) -> Tensor:
@@ -114,7 +114,7 @@ def _pair_map_rows(rows: RowPartition, cells: RowPartition) -> Grouping:
     return Grouping(Segments(ids, num, counts), partition, (2,), lambda: position)
 
 
-def _general(partition: Partition, axes: tuple[int, ...], exact: bool) -> Grouping:
+def _group_any_axes(partition: Partition, axes: tuple[int, ...], exact: bool) -> Grouping:
     """Any set of ragged axes: walk the levels, mapping every node to its group.
 
     At depth ``d`` each node (a row of level ``d``) maps to a node of the result. A reduced axis

@@ -172,11 +172,6 @@ def gather_items(
     return Partition(tuple(out)), rows
 
 
-def item_rows(level: RowPartition, parents: Tensor, position: Tensor) -> Tensor:
-    """The row of ``level``'s children at ``position`` within parent ``parents``."""
-    return level.offsets.index_select(0, parents) + position
-
-
 def regular(num: int, size: int, device: torch.device) -> RowPartition:
     """``num`` rows of ``size`` children each (a dense axis written as a ragged level).
 

@@ -11,7 +11,7 @@ Products over the blocks: ``pair_dot`` (``x_b @ y_b^T``: **add one**), ``pair_ma
 (``P_b @ V_b``: **remove one**, the second ragged axis is contracted) and ``triangle_multiply``
 (``A_b @ B_b^T`` or ``A_b^T @ B_b`` per channel: **keep all**). Eagerly they group segments by
 shape (one host read of the lengths) and run one batched dense product per group; under
-``torch.compile`` they run in static tiles without a host read (``ragged/kernels/_pairblocks.py``).
+``torch.compile`` they run in static tiles without a host read (the pair-block kernels of ``ragged/kernels/``).
 
 The sizes are static when the two ragged axes are the same partition object and the partition
 knows ``sum(lengths ** 2)`` (factories record it from host data); otherwise building the product
@@ -29,11 +29,12 @@ import torch
 from torch import Tensor
 
 from .._array import RaggedArray
-from .._axes import KEEP, OUTER, PAIR_DOT, PAIR_MATMUL, TRANSPOSE
+from .._axes import OUTER, PAIR_DOT, PAIR_MATMUL, TRANSPOSE
 from .._errors import Func, type_error, value_error
-from .._partition import Partition, RowPartition, pair_index
+from .._pair_index import pair_index
+from .._partition import Partition, RowPartition
 from .._registry import op
-from ..kernels._pairblocks import PairTiles, assemble, block_matmul, group_blocks, length_groups
+from ..kernels._pairblocks import PairTiles, assemble, group_blocks, length_groups
 from ..kernels._segment import Segments, segment_sum
 from ._levels import is_multi_level, on_rows
 
@@ -268,7 +269,7 @@ def _pair_dot_tiled(
         pairs,
         _PAIR_TILE,
     )
-    out = _row_matmul(tiles.gather_rows(x, "i"), tiles.gather_rows(y, "j")).flatten(0, 2)
+    out = _row_matmul(tiles.tile_rows(x, "i"), tiles.tile_rows(y, "j")).flatten(0, 2)
     return out.index_select(0, tiles.back())
 
 
@@ -315,7 +316,7 @@ def pair_matmul(p: RaggedArray, v: RaggedArray) -> RaggedArray:
         raise value_error(func, "p", "must be a pair map (B, N*, M*, ...)", got)
     _one_level(func, "v", v)
     rows, columns = levels[0], levels[1].columns
-    if not _same_lengths(v.partition.levels[0], columns):
+    if not same_lengths(v.partition.levels[0], columns):
         raise value_error(
             func, "v", "must have the lengths of p's second ragged axis", "other lengths"
         )
@@ -370,89 +371,10 @@ def _pair_matmul_gathered(p: RaggedArray, v: RaggedArray, columns: RowPartition)
     return segment_sum(weighted, Segments(cells.row_ids, cells.num_rows, cells.lengths))
 
 
-@op("pairs", rule=KEEP, args="a: ragged, b: ragged, outgoing: bool?")
-def triangle_multiply(a: RaggedArray, b: RaggedArray, *, outgoing: bool = True) -> RaggedArray:
-    """The triangle multiplicative update of AlphaFold / Pairformer, per segment and channel.
-
-    For square pair maps ``a`` and ``b`` of shape ``(B, N*, N*, *inner)`` with the same
-    partition:
-
-    ```text
-    outgoing:  out[b, i, j, c] = sum_k a[b, i, k, c] * b[b, j, k, c]   (A_b @ B_b^T)
-    incoming:  out[b, i, j, c] = sum_k a[b, k, i, c] * b[b, k, j, c]   (A_b^T @ B_b)
-    ```
-
-    (the gating, projections and layer norms around it are ordinary ops; see
-    ``examples/pairformer.py``). The reference is ``torch.einsum("ikc,jkc->ijc", a_b, b_b)``
-    (``"kic,kjc->ijc"`` incoming) on every segment's block.
-
-    Cost: eager, segments are grouped by length (the lengths are read to the host once: one host
-    sync; nothing is cached) and each group is one batched matrix product over
-    ``[n * C, N, N]`` blocks (a view of the values when the group's segments are consecutive),
-    concatenated back in order; temporaries ``O(sum N_b^2 * C)``, nothing padded. Under
-    ``torch.compile`` there is no host read: the output runs in static ``16 x 16`` tiles and the
-    sum over ``k`` in 8 static steps of ``ceil(max_length / 8)``, so one graph serves every batch;
-    its backward saves only ``a`` and ``b`` and runs the same tiled product (each step's
-    operands are ``O(sum N_b^2 * C * max_length / 128)``, dropped after the step). It is several
-    times slower than the eager path (measured: see ``docs/semantics``).
-
-    Axis names: ``a``'s. Differentiable in both operands (all transforms).
-
-    Args:
-        a: a floating-point square pair map ``(B, N*, N*, *inner)``.
-        b: a pair map with the same partition, inner shape and dtype.
-        outgoing: the "outgoing edges" update (rows of ``a`` and ``b``); ``False`` for
-            "incoming edges" (their columns).
-
-    Returns:
-        The pair map ``(B, N*, N*, *inner)`` with ``a``'s partition object.
-
-    >>> import ragged, torch
-    >>> x = ragged.from_lengths(torch.tensor([[1.0], [2.0], [3.0]]), [2, 1])
-    >>> z = ragged.outer(x, x, torch.mul)  # blocks [[1, 2], [2, 4]] and [[9]]
-    >>> ragged.triangle_multiply(z, z).to_list()
-    [[[[5.0], [10.0]], [[10.0], [20.0]]], [[[81.0]]]]
-    >>> w = ragged.outer(x, x, torch.sub)  # antisymmetric blocks: incoming != outgoing
-    >>> ragged.triangle_multiply(w, z, outgoing=False).to_list()
-    [[[[2.0], [4.0]], [[-1.0], [-2.0]]], [[[0.0]]]]
-    """
-    func = triangle_multiply
-    if isinstance(a, RaggedArray) and a.ragged_ndim > 2:  # pair maps of every row above
-        views = [("a", a, 2), ("b", b, 2)]
-        return on_rows(func, views, lambda u, w: triangle_multiply(u, w, outgoing=outgoing))
-    _square_pair_map(func, "a", a)
-    _square_pair_map(func, "b", b)
-    if (
-        b.partition is not a.partition
-        and not torch.compiler.is_compiling()
-        and not a.partition.equals(b.partition)
-    ):
-        raise value_error(func, "b", "must have the partition of a", "a different partition")
-    if b.inner_shape != a.inner_shape or b.dtype != a.dtype:
-        expected = f"must have the inner shape and dtype of a ({tuple(a.inner_shape)}, {a.dtype})"
-        raise value_error(func, "b", expected, f"({tuple(b.inner_shape)}, {b.dtype})")
-    if not a.dtype.is_floating_point:
-        raise type_error(func, "a", "must have a floating-point dtype", a.dtype)
-    level = a.partition.levels[0]
-    values = block_matmul(a.values, b.values, level, tx=not outgoing, ty=outgoing)
-    return RaggedArray(values, a.partition, a.axes)
-
-
-def _same_lengths(a: RowPartition, b: RowPartition) -> bool:
+def same_lengths(a: RowPartition, b: RowPartition) -> bool:
     """Whether two levels have equal lengths (under ``torch.compile`` the comparison, which reads
     device memory, is skipped and the caller's structure is trusted)."""
     return torch.compiler.is_compiling() or a.equals(b)
-
-
-def _square_pair_map(func: Func, param: str, x: Any) -> None:
-    if not isinstance(x, RaggedArray):
-        raise type_error(func, param, "must be a RaggedArray", type(x).__name__)
-    levels = x.partition.levels
-    if len(levels) != 2 or levels[1].columns is None:
-        got = f"{len(levels)} ragged axes" if len(levels) != 2 else "a nested partition"
-        raise value_error(func, param, "must be a pair map (B, N*, N*, ...)", got)
-    if not _same_lengths(levels[0], levels[1].columns):
-        raise value_error(func, param, "must be a square pair map (N_b x N_b blocks)", "N_b x M_b")
 
 
 @op("pairs", rule=TRANSPOSE, args="x: ragged, axis0: int?, axis1: int?")

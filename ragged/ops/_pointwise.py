@@ -33,9 +33,11 @@ import torch
 import torch.nn.functional as F
 
 from .._array import RaggedArray
-from .._broadcast import same_partition
-from .._registry import torch_function
-from ._elementwise import _as_values, _scalars_as_tensors, binary
+from .._broadcast import line_up
+from .._registry import refuse, torch_function
+from .._torch_args import refuse_out
+from .._versions import check_unchanged
+from ._elementwise import _scalars_as_tensors, binary
 
 __all__ = ["elementwise", "rows"]
 
@@ -87,6 +89,9 @@ UNARY = [
     "nan_to_num",
     "frac",
     "hardshrink",
+    "angle",
+    "conj_physical",
+    "mvlgamma",
 ]
 # The same, with a zero or no derivative (piecewise constant, or a boolean result).
 UNARY_CONSTANT = [
@@ -147,10 +152,30 @@ BINARY = [
     "isclose",
     "bitwise_left_shift",
     "bitwise_right_shift",
+    "rsub",
+    "gcd",
+    "lcm",
+    "igamma",
+    "igammac",
 ]
 # Functions of three operands (``torch.lerp(x, end, weight)``) and of an operand and a mask.
 TERNARY = ["lerp", "addcmul", "addcdiv"]
-_NO_GRAD = {"heaviside", "isclose", "fmod", "bitwise_left_shift", "bitwise_right_shift"}
+_NO_GRAD = {
+    "heaviside",
+    "isclose",
+    "fmod",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
+    "gcd",
+    "lcm",
+    "igamma",
+    "igammac",
+}
+
+
+_INPUT = ("input", "")
+# A result of one row per input row keeps the input's (valid) partition: no checks needed.
+_trusted = RaggedArray._trusted
 
 
 def _result(out: torch.Tensor, like: RaggedArray) -> RaggedArray:
@@ -167,7 +192,10 @@ def _general(
     kwargs: dict[str, Any],
     keep_names: bool,
 ) -> RaggedArray:
-    """Any call: line up the RaggedArray and dense operands, call ``fn`` on the values."""
+    """Any call: check the RaggedArray operands, line up the dense ones, call ``fn`` on the
+    values."""
+    if kwargs.get("out") is not None:
+        refuse_out(name, kwargs["out"])
     lead, rest = args[:operands], args[operands:]
     keyed = {k: kwargs[k] for k in keywords if k in kwargs}
     arrays = [a for a in (*lead, *keyed.values()) if isinstance(a, RaggedArray)]
@@ -176,13 +204,13 @@ def _general(
         raise TypeError(
             f"{name}: a RaggedArray is supported as its {where} only, not as another argument."
         )
+    for k, a in enumerate(arrays):
+        check_unchanged(name, a, names=("input" if a is lead[0] else f"operand {k}", ""))
     first = arrays[0]
-    for other in arrays[1:]:
-        if other.partition is not first.partition:
-            same_partition(name, first, other)
-    values = [_as_values(name, a, first) for a in lead]
-    call = {**kwargs, **{k: _as_values(name, v, first) for k, v in keyed.items()}}
+    values = [line_up(name, first, a) for a in lead]
+    call = {**kwargs, **{k: line_up(name, first, v) for k, v in keyed.items()}}
     call.pop("inplace", None)  # RaggedArrays are immutable: always computed out of place
+    call.pop("out", None)
     out = fn(*values, *rest, **call)
     if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.shape[0] != first.values.shape[0]:
         raise TypeError(f"{name}: a RaggedArray needs a function that keeps the rows.")
@@ -198,11 +226,9 @@ def elementwise(
     if operands == 1:
 
         def unary(x: Any, *args: Any, **kwargs: Any) -> RaggedArray:
-            if type(x) is RaggedArray and not keywords:  # other arguments are not operands
-                if not kwargs:
-                    return RaggedArray(fn(x.values, *args), x.partition, x.axes)
-                kwargs.pop("inplace", None)  # always out of place: RaggedArrays are immutable
-                return RaggedArray(fn(x.values, *args, **kwargs), x.partition, x.axes)
+            if type(x) is RaggedArray and not keywords and not kwargs:
+                check_unchanged(name, x, names=_INPUT)
+                return _trusted(fn(x.values, *args), x.partition, x.axes)
             return _general(fn, name, 1, keywords, (x, *args), kwargs, True)
 
         return unary
@@ -252,7 +278,13 @@ def _declare(
     methods = () if method is None else (name,)
     see = ("ragged.apply",)
     torch_function(
-        *fns, family="elementwise", meaning=meaning, methods=methods, see=see, grad=grad
+        *fns,
+        family="elementwise",
+        meaning=meaning,
+        methods=methods,
+        see=see,
+        grad=grad,
+        checks=True,  # elementwise() checks versions, out= and the operands' alignment
     )(handler)
 
 
@@ -298,7 +330,12 @@ def _declare_all() -> None:
                 compiled = name not in NOT_COMPILED
                 text = meaning + ("" if compiled else " (eager only: not traced by torch.compile)")
                 torch_function(
-                    fn, family="elementwise", meaning=text, see=("ragged.apply",), compile=compiled
+                    fn,
+                    family="elementwise",
+                    meaning=text,
+                    see=("ragged.apply",),
+                    compile=compiled,
+                    checks=True,
                 )(elementwise(fn, f"{label}.{name}"))
     for name in BINARY:
         fn = getattr(torch, name)
@@ -313,9 +350,9 @@ def _declare_all() -> None:
     handler = elementwise(torch.masked_fill, "torch.masked_fill", 2)
     _declare("masked_fill", torch.masked_fill, handler, masked, dense_self=True)
     for fn, grad in ((F.embedding, True), (F.one_hot, False)):
-        torch_function(fn, family="indexing", meaning=ROWS, see=("ragged.map",), grad=grad)(
-            rows(fn, f"torch.nn.functional.{fn.__name__}")
-        )
+        torch_function(
+            fn, family="indexing", meaning=ROWS, see=("ragged.map",), grad=grad, checks=True
+        )(rows(fn, f"torch.nn.functional.{fn.__name__}"))
     for name, dtype in DTYPES.items():
         torch_function(
             family="tensor",
@@ -324,6 +361,23 @@ def _declare_all() -> None:
             see=("RaggedArray.to",),
             grad=dtype.is_floating_point,
         )(_cast(dtype))
+    torch_function(
+        torch.clone,
+        family="elementwise",
+        meaning="a copy of the values (the partition object is kept)",
+        see=("ragged.apply",),
+        checks=True,
+    )(elementwise(torch.clone, "torch.clone"))
 
 
 _declare_all()
+# Pointwise in torch (``torch.Tag.pointwise``) but not a function of one RaggedArray's values.
+refuse(
+    torch.frexp,
+    torch.polygamma,
+    family="elementwise",
+    hint="its result is not one tensor of the input's rows (frexp: two tensors; polygamma: the "
+    "order comes first): apply it to the values, e.g. ragged.apply(lambda v: torch.polygamma(1, "
+    "v), x)",
+    see=("ragged.apply",),
+)

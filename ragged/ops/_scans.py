@@ -43,9 +43,8 @@ not "inclusive minus x" (that breaks cumprod with zeros, and extrema). ``K`` is 
 ``torch.compile``; in eager mode it is the largest power of two up to the mean length, between
 1 and 32, so the buffer holds at most ``N + B * K <= 2 N`` rows (``N >= B``).
 
-Large inputs in eager mode take one autograd Function (``ragged.kernels._scan._SegmentScan``,
-with backward, jvp and vmap rules) over the native streaming scans (``ragged.kernels._native``:
-each segment scanned in order with a float64 accumulator, forward and backward, one pass, no
+Large inputs in eager mode take one autograd Function (with backward, jvp and vmap rules) over
+the native streaming scans (the C kernels of ``ragged/kernels/``: each segment scanned in order with a float64 accumulator, forward and backward, one pass, no
 buffer), or, where those cannot run, over in-place torch kernels (cumsum, cummax, cummin:
 buffer and output are the only large allocations) or the composite scan (cumprod,
 logcumsumexp). ``cummax``/``cummin`` route the gradient of each output to the element
@@ -68,18 +67,10 @@ from .._array import RaggedArray
 from .._axes import KEEP, normalize_axis
 from .._errors import Func, type_error, value_error
 from .._partition import RowPartition
-from .._registry import op
+from .._registry import op, refuse
 from .._versions import check_unchanged
-from ..kernels._scan import (
-    LOGSUMEXP,
-    MAX,
-    MIN,
-    PROD,
-    SUM,
-    Monoid,
-    _dense_scan,
-    scan_rows,
-)
+from ..kernels._monoids import LOGSUMEXP, MAX, MIN, PROD, SUM, Monoid, dense_scan
+from ..kernels._scan import scan_rows
 from ._grouping import group
 
 # --- public ops -------------------------------------------------------------------------------
@@ -111,7 +102,7 @@ def _scan(
         )
     if dim > nr:
         return RaggedArray(
-            _dense_scan(m, x.values, dim - nr, reverse, exclusive), x.partition, x.axes
+            dense_scan(m, x.values, dim - nr, reverse, exclusive), x.partition, x.axes
         )
     if dim < nr:  # an outer axis: scan each column's entries, in row order
         return _scan_outer_axis(x, dim, m, reverse, exclusive)
@@ -279,3 +270,13 @@ def logcumsumexp(
     [[0.0, 0.693..., 1.098...], [1.0]]
     """
     return _scan(logcumsumexp, LOGSUMEXP, x, axis, reverse, exclusive, float_only=True)
+
+
+refuse(
+    torch.cummax,
+    torch.cummin,
+    family="scans",
+    hint="torch's returns the indices too; ragged.cummax(x, axis) and ragged.cummin give the "
+    "running values",
+    see=("ragged.cummax", "ragged.cummin"),
+)

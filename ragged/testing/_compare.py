@@ -8,11 +8,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from .._array import RaggedArray
+from .._pytree import is_ragged_leaf
 from .._registry import public
-
-
-def _is_ragged(node: Any) -> bool:
-    return isinstance(node, RaggedArray)
 
 
 @public("testing", namespace="ragged.testing")
@@ -29,8 +26,8 @@ def assert_close(actual: Any, expected: Any, **kwargs: Any) -> None:
     Traceback (most recent call last):
     AssertionError: partitions differ: RaggedShape(2, [1, 2]) vs RaggedShape(2, [2, 1])
     """
-    actual_leaves, actual_spec = pytree.tree_flatten(actual, is_leaf=_is_ragged)
-    expected_leaves, expected_spec = pytree.tree_flatten(expected, is_leaf=_is_ragged)
+    actual_leaves, actual_spec = pytree.tree_flatten(actual, is_leaf=is_ragged_leaf)
+    expected_leaves, expected_spec = pytree.tree_flatten(expected, is_leaf=is_ragged_leaf)
     if len(actual_leaves) != len(expected_leaves):
         raise AssertionError(f"tree structures differ: {actual_spec} vs {expected_spec}")
     for a, e in zip(actual_leaves, expected_leaves, strict=True):

@@ -23,7 +23,7 @@ from ..._errors import Func, name_of, type_error, typename, value_error
 from ..._partition import Partition, RowPartition, length_stats
 from ...kernels._segment import Segments, segment_sum
 from .._levels import gather_items, read, regular, subtree_stats, view
-from ._slicing import _bounds, _keeps_all, _reverses_all, _slice_int
+from ._slicing import keeps_all, reverses_all, slice_bounds, slice_int
 
 
 def same_upper(func: Func, param: str, x: RaggedArray, other: RaggedArray, depth: int) -> None:
@@ -55,7 +55,7 @@ def take_ragged(
     dim: int,
     indices: RaggedArray,
     resolve: Any,
-    gather_rows: Any,
+    take_rows_or_fill: Any,
     mode: str,
     fill: Tensor,
 ) -> RaggedArray:
@@ -67,7 +67,7 @@ def take_ragged(
     position, valid = resolve(func, indices.values, level.lengths[parent], mode)
     rows = level.offsets[parent] + position
     if dim == x.ragged_ndim:
-        values = gather_rows(x.values, rows, valid, fill)
+        values = take_rows_or_fill(x.values, rows, valid, fill)
         return RaggedArray(values, indices.partition, x.axes)
     partition, rows = whole_rows(x, dim, indices.partition.levels[:-1], picks, rows, valid)
     return RaggedArray(x.values.index_select(0, rows), partition, x.axes)
@@ -100,7 +100,7 @@ def take_dense(
     dim: int,
     indices: Tensor,
     resolve: Any,
-    gather_rows: Any,
+    take_rows_or_fill: Any,
     mode: str,
     fill: Tensor,
 ) -> RaggedArray:
@@ -125,7 +125,7 @@ def take_dense(
     rows = level.offsets[:-1].view(shape) + position
     names = x.axes if extra == 1 else _names_without(x, dim)
     if dim == x.ragged_ndim:
-        values = gather_rows(x.values, rows, valid, fill)
+        values = take_rows_or_fill(x.values, rows, valid, fill)
         return RaggedArray(values, Partition(x.partition.levels[: dim - 1]), names)
     flat_valid = None if valid is None else valid.reshape(-1)
     picks = regular(num, indices.shape[1], x.device) if extra else None
@@ -172,18 +172,18 @@ def slice_plan(
     """``[start:stop:step]`` of every row along ragged axis ``dim``: the new partition and the
     value rows to gather; ``None`` when every entry is kept. One host sync (the new sizes),
     except where the result provably keeps every entry or reverses every row."""
-    start, stop, step = (_slice_int(func, v) for v in (start, stop, step))
+    start, stop, step = (slice_int(func, v) for v in (start, stop, step))
     step = 1 if step is None else step
     if step == 0:
         raise ValueError(f"{name_of(func)}: slice step cannot be zero.")
     levels = x.partition.levels
     level = levels[dim - 1]
     known = level.max_length
-    if _keeps_all(start, stop, step, known):
+    if keeps_all(start, stop, step, known):
         return None
-    low, count = _bounds(level.lengths, start, stop, step)
+    low, count = slice_bounds(level.lengths, start, stop, step)
     inner = dim == len(levels)
-    reverse = _reverses_all(start, stop, step, known)
+    reverse = reverses_all(start, stop, step, known)
     if reverse:
         new, sizes = level, None
     else:
@@ -295,7 +295,9 @@ def pad_to_outer(x: RaggedArray, dim: int, length: int, clip: bool) -> RaggedArr
     return RaggedArray(x.values.index_select(0, rows), partition, x.axes)
 
 
-def pad_to_inner(x: RaggedArray, length: int, clip: bool, fill: Tensor, gather_rows: Any) -> Any:
+def pad_to_inner(
+    x: RaggedArray, length: int, clip: bool, fill: Tensor, take_rows_or_fill: Any
+) -> Any:
     """Every row along the innermost ragged axis padded with ``fill`` to ``length``."""
     v = view(x)
     level = v.array.partition.levels[0]
@@ -303,7 +305,7 @@ def pad_to_inner(x: RaggedArray, length: int, clip: bool, fill: Tensor, gather_r
     parent = new.row_ids
     position = new.positions()
     valid = position < level.lengths[parent]
-    values = gather_rows(x.values, level.offsets[parent] + position, valid, fill)
+    values = take_rows_or_fill(x.values, level.offsets[parent] + position, valid, fill)
     return v.wrap(RaggedArray(values, Partition((new,)), v.array.axes))
 
 

@@ -4,8 +4,8 @@ For ``x`` of logical shape ``(B, L*, *inner)`` the tuple's entries index, in ord
 axis, the ragged axis and the inner axes; ``...`` stands for as many full slices as needed and
 ``None`` adds a size-1 axis among the inner axes; ``x[:, None]`` alone (then only full slices)
 adds one between the batch and ragged axes, ``(B, 1, L*, ...)``, the form that broadcasts
-against ``(B, N*, 1, ...)`` into a pair map. The batch entry is handled by
-``_batch`` (``x[i]``, ``x[i:j]``, ``x[tensor]``); then the inner entries, then the
+against ``(B, N*, 1, ...)`` into a pair map. The batch entry is handled first
+(``x[i]``, ``x[i:j]``, ``x[tensor]``); then the inner entries, then the
 ragged one. Each part follows its own rule:
 
 * **Inner axes** (``x[:, :, 0]``, ``x[..., 1:3]``, ``x[..., None]``, ``x[:, :, idx]``): torch

@@ -24,7 +24,7 @@ from ..._array import RaggedArray
 from ..._axes import DENSE_RESULT, NEW
 from ..._errors import Func, type_error, value_error
 from ..._partition import Partition, RowPartition
-from ..._registry import op
+from ..._registry import op, refuse
 from .._levels import view
 from ._axis import (
     check_flag,
@@ -35,7 +35,7 @@ from ._axis import (
     sliced,
     take_dense,
 )
-from ._take import _check_array, fill_tensor, gather_rows, resolve
+from ._take import check_index_array, fill_tensor, resolve, take_rows_or_fill
 
 
 def _pad_widths(func: Func, pad: Any) -> tuple[int, int]:
@@ -78,7 +78,7 @@ def pad(
     [[[1, 2], [3], []], [[4], []]]
     """
     func = _PAD  # the op (its `pad` argument shadows its name here)
-    _check_array(func, x)
+    check_index_array(func, x)
     before, after = _pad_widths(func, pad)
     fill = fill_tensor(func, x.values, value, "value")
     dim = ragged_axis(func, x, axis)
@@ -141,7 +141,7 @@ def pad_to(
     [[1, 2], [-1, -1], [4, -1]]
     """
     func = pad_to
-    _check_array(func, x)
+    check_index_array(func, x)
     if isinstance(length, bool) or not isinstance(length, int):
         raise type_error(func, "length", "must be an int", type(length).__name__)
     if length < 0:
@@ -151,7 +151,7 @@ def pad_to(
     dim = ragged_axis(func, x, axis)
     if dim < x.ragged_ndim:
         return pad_to_outer(x, dim, length, clip)
-    return pad_to_inner(x, length, clip, fill, gather_rows)
+    return pad_to_inner(x, length, clip, fill, take_rows_or_fill)
 
 
 @op("indexing", rule=NEW, args="x: ragged, max_len: int, axis: axis?")
@@ -172,7 +172,7 @@ def truncate(x: RaggedArray, max_len: int, *, axis: int | str = 1) -> RaggedArra
     True
     """
     func = truncate
-    _check_array(func, x)
+    check_index_array(func, x)
     if not isinstance(max_len, int) or isinstance(max_len, bool):
         raise type_error(func, "max_len", "must be an int", type(max_len).__name__)
     if max_len < 0:
@@ -184,16 +184,16 @@ def truncate(x: RaggedArray, max_len: int, *, axis: int | str = 1) -> RaggedArra
 
 
 def _end(func: Func, x: RaggedArray, fill_value: Any, axis: Any, last: bool) -> Any:
-    _check_array(func, x)
+    check_index_array(func, x)
     fill = fill_tensor(func, x.values, fill_value)
     dim = ragged_axis(func, x, axis)
     if x.ragged_ndim > 1:
         level = x.partition.levels[dim - 1]
         index = torch.full((level.num_rows,), -1 if last else 0, device=x.device)
-        return take_dense(func, x, dim, index, resolve, gather_rows, "fill", fill)
+        return take_dense(func, x, dim, index, resolve, take_rows_or_fill, "fill", fill)
     level = x.partition.levels[0]
     rows = level.offsets[1:] - 1 if last else level.offsets[:-1]
-    return gather_rows(x.values, rows, level.lengths > 0, fill)
+    return take_rows_or_fill(x.values, rows, level.lengths > 0, fill)
 
 
 @op("indexing", rule=DENSE_RESULT, args="x: ragged, fill_value: number?, axis: axis?")
@@ -225,3 +225,11 @@ def last(x: RaggedArray, *, fill_value: Any = None, axis: int | str = 1) -> Tens
     tensor([ 2, -1,  3])
     """
     return _end(last, x, fill_value, axis, last=True)
+
+
+refuse(
+    torch.nn.functional.pad,
+    family="indexing",
+    hint="ragged.pad pads every segment",
+    see=("ragged.pad",),
+)

@@ -13,7 +13,7 @@ from torch import Tensor
 from ..._errors import Func, name_of
 
 
-def _slice_int(func: Func, value: Any) -> int | None:
+def slice_int(func: Func, value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool):
@@ -26,7 +26,7 @@ def _slice_int(func: Func, value: Any) -> int | None:
         ) from None
 
 
-def _keeps_all(start: int | None, stop: int | None, step: int, known: int | None) -> bool:
+def keeps_all(start: int | None, stop: int | None, step: int, known: int | None) -> bool:
     """Whether ``[start:stop:step]`` keeps every row of every segment, known without data."""
     if known == 0:
         return True
@@ -39,7 +39,7 @@ def _keeps_all(start: int | None, stop: int | None, step: int, known: int | None
     return from_first and to_last
 
 
-def _reverses_all(start: int | None, stop: int | None, step: int, known: int | None) -> bool:
+def reverses_all(start: int | None, stop: int | None, step: int, known: int | None) -> bool:
     """Whether ``[start:stop:step]`` reverses every segment whole (lengths unchanged)."""
     if step != -1:
         return False
@@ -48,7 +48,7 @@ def _reverses_all(start: int | None, stop: int | None, step: int, known: int | N
     return from_last and to_first
 
 
-def _bounds(
+def slice_bounds(
     lengths: Tensor, start: int | None, stop: int | None, step: int
 ) -> tuple[Tensor, Tensor]:
     """Per-segment first position and row count of ``[start:stop:step]`` (``slice.indices``)."""

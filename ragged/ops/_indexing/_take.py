@@ -1,12 +1,12 @@
 """Indexing ops along a ragged axis: ``take`` and ``filter`` (``pad``, ``pad_to``, ``truncate``,
-``first`` and ``last`` are in ``_padding``).
+``first`` and ``last`` are on the same page).
 
-Axis rules (``ragged._axes``): ``take`` with RaggedArray indices gives the **indices'
+Axis rules (docs/semantics.md, "Axis names"): ``take`` with RaggedArray indices gives the **indices'
 partition** (segment ``b`` is ``x_b[indices_b]``); with dense ``(B, *extra)`` indices it
 **consumes** the ragged axis (a dense result; on a multi-level array one index per row removes
 the axis); ``filter`` builds a **new partition** with the same axes and names, and returns the
 input's partition object when every row is kept. Along an outer ragged axis of a multi-level
-array whole rows move with their subtrees (``ragged.ops._indexing._axis``).
+array whole rows move with their subtrees.
 
 Out-of-range indices (per segment: ``-L_b <= i < L_b`` is in range, negative ``i`` counts from
 the segment's end) follow ``jnp.take``'s modes. ``"fill"`` (the default) gives ``fill_value``:
@@ -33,7 +33,7 @@ from ..._axes import NEW, TAKE, normalize_axis
 from ..._broadcast import same_partition
 from ..._errors import Func, name_of, type_error, typename, value_error
 from ..._partition import Partition, RowPartition, length_stats
-from ..._registry import op
+from ..._registry import op, refuse
 from ...kernels._segment import Segments, segment_sum
 from ._axis import filter_plan, same_upper, take_dense, take_ragged
 
@@ -43,7 +43,7 @@ _MODES = ("fill", "clip", "wrap", "raise")
 # --- shared helpers ---------------------------------------------------------------------------
 
 
-def _check_array(func: Func, x: Any, param: str = "x") -> None:
+def check_index_array(func: Func, x: Any, param: str = "x") -> None:
     if not isinstance(x, RaggedArray):
         raise type_error(func, param, "must be a RaggedArray", type(x).__name__)
 
@@ -89,7 +89,7 @@ def _representable(value: bool | int | float | complex, dtype: torch.dtype) -> b
     return info.min <= value <= info.max
 
 
-def gather_rows(values: Tensor, rows: Tensor, valid: Tensor | None, fill: Tensor) -> Tensor:
+def take_rows_or_fill(values: Tensor, rows: Tensor, valid: Tensor | None, fill: Tensor) -> Tensor:
     """``values[rows]`` where ``valid``, ``fill`` elsewhere: shape ``(*rows.shape, *inner)``.
 
     Invalid entries of ``rows`` may hold anything; they are clamped before the gather and masked
@@ -227,7 +227,7 @@ def take(
     [[[3], [3]], [[]]]
     """
     func = take
-    _check_array(func, x)
+    check_index_array(func, x)
     mode = _check_mode(func, mode)
     dim = normalize_axis(func, x, axis)
     if dim == 0:
@@ -257,7 +257,7 @@ def take(
         seg = indices.partition.segment_ids()
         position, valid = resolve(func, indices.values, level.lengths[seg], mode)
         rows = level.offsets[seg] + position
-        values = gather_rows(x.values, rows, valid, fill)
+        values = take_rows_or_fill(x.values, rows, valid, fill)
         return RaggedArray(values, indices.partition, x.axes)
     if not isinstance(indices, Tensor):
         raise type_error(func, "indices", "must be a RaggedArray or a Tensor", typename(indices))
@@ -269,7 +269,7 @@ def take(
     shape = (num, *[1] * (indices.dim() - 1))
     position, valid = resolve(func, indices, level.lengths.view(shape), mode)
     rows = level.offsets[:-1].view(shape) + position
-    return gather_rows(x.values, rows, valid, fill)
+    return take_rows_or_fill(x.values, rows, valid, fill)
 
 
 def _take_levels(
@@ -287,12 +287,12 @@ def _take_levels(
                 f"{indices.ragged_ndim} ragged axes, {indices.ndim} axes",
             )
         _check_device(func, indices.values, x)
-        return take_ragged(func, x, dim, indices, resolve, gather_rows, mode, fill)
+        return take_ragged(func, x, dim, indices, resolve, take_rows_or_fill, mode, fill)
     if not isinstance(indices, Tensor):
         raise type_error(func, "indices", "must be a RaggedArray or a Tensor", typename(indices))
     _check_int_tensor(func, "indices", indices)
     _check_device(func, indices, x)
-    return take_dense(func, x, dim, indices, resolve, gather_rows, mode, fill)
+    return take_dense(func, x, dim, indices, resolve, take_rows_or_fill, mode, fill)
 
 
 def _take_inner(
@@ -361,8 +361,8 @@ def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     [[[3]], [[4, 5, 6]]]
     """
     func = filter
-    _check_array(func, x)
-    _check_array(func, mask, "mask")
+    check_index_array(func, x)
+    check_index_array(func, mask, "mask")
     if mask.dtype != torch.bool:
         raise type_error(func, "mask", "must have dtype torch.bool", mask.dtype)
     nr = x.ragged_ndim
@@ -402,3 +402,31 @@ def filter(x: RaggedArray, mask: RaggedArray) -> RaggedArray:
     new = RowPartition(offsets, counts, level.row_ids[source], longest, squares)
     partition = Partition((*levels[:-1], new))
     return RaggedArray(x.values.index_select(0, source), partition, x.axes)
+
+
+# torch indexing functions that a RaggedArray refuses, and the ragged ops to use instead.
+refuse(
+    torch.nonzero,
+    torch.masked_select,
+    family="indexing",
+    hint="ragged.filter(x, mask) keeps the rows where a RaggedArray mask is True",
+    see=("ragged.filter",),
+)
+refuse(
+    torch.gather,
+    torch.index_select,
+    torch.take,
+    torch.take_along_dim,
+    family="indexing",
+    hint="ragged.take(x, indices, axis) takes rows within each segment",
+    see=("ragged.take",),
+)
+refuse(
+    torch.reshape,
+    torch.permute,
+    torch.movedim,
+    family="indexing",
+    hint="the ragged axis has per-segment sizes; reshape the rows with ragged.map(lambda v: "
+    "v.reshape(...), x)",
+    see=("ragged.map",),
+)

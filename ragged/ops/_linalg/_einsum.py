@@ -1,8 +1,8 @@
 """``ragged.einsum``: einsum with a batch and a ragged letter per ragged operand (see its
 docstring for the rules and the segment-aligned tiling).
 
-An equation is parsed once per kind of operands into a cached recipe (``_einsum_parse``), then
-bound to the operands' shapes and partitions (``_bind``), which plans the values-level einsum.
+An equation is parsed once per kind of operands into a cached recipe, then bound to the
+operands' shapes and partitions, which plans the values-level einsum.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ class _Tiles:
         within = level.positions()
         self.back = (start[level.row_ids] + within // size) * size + within % size
 
-    def gather_rows(self, values: Tensor) -> Tensor:
+    def tile_rows(self, values: Tensor) -> Tensor:
         """``values`` laid out as ``[tiles, size, *inner]``, padding rows zero."""
         tiled = values.index_select(0, self.rows).reshape(self.count, self.size, *values.shape[1:])
         mask = ~self.valid.view(self.count, self.size, *[1] * (values.dim() - 1))
@@ -231,7 +231,7 @@ class _Plan:
             if isinstance(operand, RaggedArray):
                 # Zero padding rows: their products vanish from sums, and (masked_fill's backward
                 # zeroing them) no gradient reaches the row the padding was gathered from.
-                args.append(tiles.gather_rows(operand.values))
+                args.append(tiles.tile_rows(operand.values))
             elif i in self.gathers:
                 args.append(tiles.gather_segments(dense[i], self.gathers[i]))
             else:

@@ -23,7 +23,7 @@ from ..._array import RaggedArray
 from ..._axes import CONTRACT, remove
 from ..._errors import Func, name_of, type_error, typename, value_error
 from ..._format import shape_text
-from ..._registry import op
+from ..._registry import op, refuse
 from .._pairs import RaggedTranspose, pair_dot
 
 RAGGED_RIGHT = (
@@ -229,3 +229,20 @@ def linear(x: RaggedArray, weight: Tensor, bias: Tensor | None = None) -> Ragged
     out = F.linear(x.values, weight, bias)
     names = remove(x.axes, [x.ndim - 1]) if weight.dim() == 1 else x.axes
     return RaggedArray(out, x.partition, names if _fits(names, x, out) else None)
+
+
+refuse(
+    torch.mm,
+    torch.bmm,
+    family="linalg",
+    hint="ragged.matmul(x, w) or F.linear(x, weight) multiply the rows by a dense matrix",
+    see=("ragged.matmul", "ragged.linear"),
+)
+refuse(
+    F.conv1d,
+    torch.flip,
+    torch.roll,
+    family="linalg",
+    hint="torch's layout would mix segments; per segment: ragged.vmap(fn)(x)",
+    see=("ragged.vmap",),
+)

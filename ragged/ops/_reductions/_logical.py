@@ -1,7 +1,7 @@
 """Reductions to booleans, counts and indices: ``any``, ``all``, ``count_nonzero``, ``count``,
 ``argmax``, ``argmin``.
 
-They use the driver of ``ragged.ops._reductions._reduce`` (same axis rules); argmax/argmin give the first
+They use the driver of the sums and extrema (same axis rules); argmax/argmin give the first
 index of the extreme along one axis, -1 for empty segments; a segment holding NaN gives the
 index of its first NaN, as ``torch.argmax``/``torch.argmin`` (NaN counts as the extreme).
 """

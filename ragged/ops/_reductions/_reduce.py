@@ -1,6 +1,6 @@
 """Reductions: over the ragged axis, over inner axes, or over everything.
 
-Axis rules (``ragged._axes``): reducing the ragged axis **consumes** it (the result is a dense
+Axis rules (docs/semantics.md, "Axis names"): reducing the ragged axis **consumes** it (the result is a dense
 ``(B, *inner)`` tensor); reducing only inner axes **keeps** the partition (a RaggedArray);
 reducing the batch axis alone is an error (segments have different lengths, so there is no
 common ragged row to reduce into); reducing batch and ragged axes together is a **global**

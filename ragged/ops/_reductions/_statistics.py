@@ -1,7 +1,6 @@
 """Reductions with a numerical twist: ``logsumexp``, ``var``, ``std``, ``norm``.
 
-They use the driver of ``ragged.ops._reductions._reduce`` (same axis rules and empty-segment handling);
-see its docstring.
+They use the driver of the sums and extrema (same axis rules and empty-segment handling).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from torch import Tensor
 from ..._array import RaggedArray
 from ..._axes import REDUCE
 from ..._errors import type_error
-from ..._registry import op
+from ..._registry import op, refuse
 from ...kernels._segment import Segments, segment_amax, segment_amin, segment_sum
 from ...kernels._segment_softmax import segment_logsumexp
 from ...kernels._segment_stats import segment_var
@@ -218,3 +217,24 @@ def norm(
         dense_fn=lambda v, d, k: torch.linalg.vector_norm(v, p, d, keepdim=k),
         empty=0.0,
     )
+
+
+# torch reductions without a ragged op (declared once: a torch function is supported or refused).
+refuse(
+    torch.median,
+    torch.nanmedian,
+    torch.quantile,
+    torch.mode,
+    torch.nansum,
+    torch.nanmean,
+    family="reductions",
+    hint="no ragged op: per segment, e.g. ragged.vmap(lambda s: torch.median(s, 0).values)(x)",
+    see=("ragged.vmap",),
+)
+refuse(
+    torch.nn.functional.cross_entropy,
+    torch.nn.functional.nll_loss,
+    family="reductions",
+    hint="torch puts the classes on dim 1, the ragged axis of a RaggedArray; call it on the "
+    "rows: F.cross_entropy(logits.values, target.values)",
+)

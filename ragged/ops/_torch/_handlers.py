@@ -17,6 +17,8 @@ from torch import Tensor
 from ..._array import RaggedArray
 from ..._axes import normalize_axis
 from ..._partition import Partition, RowPartition
+from ..._registry import refuse
+from ..._torch_args import refuse_out
 from .. import _elementwise as ew
 from .._attention import attention
 from .._combining import concat
@@ -25,7 +27,7 @@ from .._reductions._logical import argmax, argmin
 from .._reductions._reduce import amax, amin
 from .._reductions._statistics import norm
 from .._sorting import argsort, sort, topk
-from ._spelling import _custom, _no_out
+from ._spelling import _custom
 
 
 def _extremum(ops: tuple[Any, Any, Any, Any], x: Any, dim: Any, keepdim: bool, other: Any) -> Any:
@@ -49,8 +51,12 @@ def _extremum(ops: tuple[Any, Any, Any, Any], x: Any, dim: Any, keepdim: bool, o
     meaning="`max(x)`: the maximum; `max(x, dim)`: (values, indices) along `dim` (empty "
     "segments: -inf and -1); `max(x, other)`: elementwise maximum",
     see=("ragged.amax", "ragged.argmax", "ragged.maximum"),
+    checks=True,  # the ragged ops it calls check their arguments
 )
-def _max(input: Any, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:
+def _max(
+    input: Any, dim: Any = None, keepdim: bool = False, *, other: Any = None, out: Any = None
+) -> Any:
+    refuse_out(None, out)
     ops = (ew.maximum, amax, argmax, torch.return_types.max)
     return _extremum(ops, input, dim, keepdim, other)
 
@@ -62,8 +68,12 @@ def _max(input: Any, dim: Any = None, keepdim: bool = False, *, other: Any = Non
     family="reductions",
     meaning="`min(x)`, `min(x, dim)` (values, indices), `min(x, other)`: as `max`",
     see=("ragged.amin", "ragged.argmin", "ragged.minimum"),
+    checks=True,  # the ragged ops it calls check their arguments
 )
-def _min(input: Any, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:
+def _min(
+    input: Any, dim: Any = None, keepdim: bool = False, *, other: Any = None, out: Any = None
+) -> Any:
+    refuse_out(None, out)
     ops = (ew.minimum, amin, argmin, torch.return_types.min)
     return _extremum(ops, input, dim, keepdim, other)
 
@@ -75,11 +85,12 @@ def _min(input: Any, dim: Any = None, keepdim: bool = False, *, other: Any = Non
     meaning="(values, indices) sorted along `dim` (default -1), within each segment for the "
     "ragged axis; always stable",
     see=("ragged.sort", "ragged.argsort"),
+    checks=True,  # the ragged ops it calls check their arguments
 )
 def _sort(
     input: Any, dim: Any = -1, descending: bool = False, stable: bool = False, *, out: Any = None
 ) -> Any:
-    _no_out(None, out)
+    refuse_out(None, out)
     values = sort(input, dim, descending=descending)
     indices = argsort(input, dim, descending=descending)
     return torch.return_types.sort((values, indices))  # type: ignore[arg-type]
@@ -92,6 +103,7 @@ def _sort(
     meaning="(values, indices) of the `k` largest along `dim` (default -1); a segment shorter "
     "than `k` keeps all its rows",
     see=("ragged.topk",),
+    checks=True,  # the ragged ops it calls check their arguments
 )
 def _topk(
     input: Any,
@@ -102,7 +114,7 @@ def _topk(
     *,
     out: Any = None,
 ) -> Any:
-    _no_out(None, out)
+    refuse_out(None, out)
     out = topk(input, k, dim, largest=largest, sorted=sorted)
     return torch.return_types.topk(out)
 
@@ -113,6 +125,7 @@ def _topk(
     family="reductions",
     meaning="vector `p`-norm over `dim` (`'fro'`: 2)",
     see=("ragged.norm",),
+    checks=True,  # ragged.norm checks
 )
 def _norm(
     input: Any,
@@ -122,7 +135,7 @@ def _norm(
     out: Any = None,
     dtype: Any = None,
 ) -> Any:
-    _no_out(None, out)
+    refuse_out(None, out)
     if p == "nuc":
         raise ValueError("`p='nuc'` (the nuclear norm) is not supported on RaggedArrays.")
     x = input if dtype is None else input.to(dtype)
@@ -173,6 +186,7 @@ def _equal(input: Any, other: Any) -> bool:
     meaning="`x / max(norm_p(x, dim), eps)`; `dim=1` (the default) normalises each segment "
     "along its rows, an inner `dim` each row",
     see=("ragged.norm",),
+    checks=True,  # ragged.norm checks
 )
 def _normalize(
     input: Any, p: float | None = None, dim: Any = 1, eps: float | None = None, out: Any = None
@@ -181,7 +195,7 @@ def _normalize(
     # a graph input and reads it back with .item() (a host sync). torch's are 2.0 and 1e-12.
     p = 2.0 if p is None else p
     eps = 1e-12 if eps is None else eps
-    _no_out(None, out)
+    refuse_out(None, out)
     if not isinstance(input, RaggedArray):
         raise TypeError(f"`input` must be a RaggedArray, got {type(input).__name__}.")
     axis = normalize_axis("F.normalize", input, dim, "dim")
@@ -200,7 +214,7 @@ def _normalize(
     see=("ragged.stack", "ragged.concat"),
 )
 def _stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> RaggedArray:
-    _no_out(None, out)
+    refuse_out(None, out)
     arrays = list(tensors)
     if not arrays or not all(isinstance(a, RaggedArray) for a in arrays):
         raise TypeError("`tensors` must be a non-empty sequence of RaggedArrays.")
@@ -293,3 +307,20 @@ def _sdpa(
     q, k, v = (RaggedArray(a.values[:, None], a.partition) for a in arrays)
     out = attention(q, k, v, causal=is_causal, scale=scale, dropout_p=dropout_p or None)
     return RaggedArray(out.values[:, 0], query.partition, query.axes)
+
+
+# The sorting and attention functions of torch that RaggedArrays refuse (beside their handlers).
+refuse(
+    torch.unique_consecutive,
+    family="sorting",
+    hint="ragged.unique_consecutive(x, axis) collapses runs within each segment",
+    see=("ragged.unique_consecutive",),
+)
+refuse(
+    F.multi_head_attention_forward,
+    family="attention",
+    hint="nn.MultiheadAttention and nn.TransformerEncoderLayer do not take RaggedArrays: use "
+    "ragged.nn.RaggedMultiheadAttention and ragged.nn.RaggedTransformerEncoderLayer (the same "
+    "parameters and state dict) or ragged.attention",
+    see=("ragged.nn.RaggedMultiheadAttention", "ragged.attention"),
+)

@@ -18,7 +18,8 @@ from torch import Tensor
 
 from ... import _registry
 from ..._array import RaggedArray
-from ..._registry import CAST, IGNORED, REQUIRED, TorchArgs, TorchParam, torch_function
+from ..._registry import torch_function
+from ..._torch_args import CAST, IGNORED, REQUIRED, TorchArgs, TorchParam, refuse_out
 
 _ERRORS = (TypeError, ValueError, IndexError, NotImplementedError)
 
@@ -150,61 +151,68 @@ def spelled(op: Callable[..., Any], args: TorchArgs, name: Any) -> Callable[...,
     for extra in ours:  # the op's own extras (``fill_value``), by name
         if extra not in by_name and all(p.target != extra for p in params):
             by_name[extra] = TorchParam(extra, extra, REQUIRED, positional=False)
-    required = [p for p in params if p.default is REQUIRED and not p.variadic]
+    required = [(p.name, p.target) for p in params if p.default is REQUIRED and not p.variadic]
     direct = _direct(args, signature)
     spec = _registry.lookup(op)
     prefixes = (spec.qualname,) if spec is not None else ()
     # torch spells some numbers as bools (``unbiased=True`` for ``correction=1``).
     numbers = {a.name for a in spec.args if a.kind == "number"} if spec is not None else set()
+    # What ``translate`` reads, as plain tuples (name, target, default): torch.compile traces
+    # it, and cannot hold a TorchParam (a dataclass instance) as a constant.
+    plain = {p.name: (p.name, p.target, p.default) for p in by_name.values()}
+    keyed = {key: plain[p.name] for key, p in by_name.items()}
+    leading = [plain[p.name] for p in lead]
+    variadic_targets = [p.target for p in lead if p.target] if variadic is not None else None
+    accepted = ", ".join(dict.fromkeys(f"`{p.name}`" for p in by_name.values()))
 
     def translate(call_args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if len(call_args) > len(lead) and variadic is None:
+        if len(call_args) > len(leading) and variadic_targets is None:
             raise TypeError(
-                f"{display_name(name)}: takes at most {len(lead)} positional arguments, got {len(call_args)}."
+                f"{display_name(name)}: takes at most {len(leading)} positional arguments, got "
+                f"{len(call_args)}."
             )
-        given = {p.name: (p, v) for p, v in zip(lead, call_args, strict=False)}
+        given = {p[0]: (p, v) for p, v in zip(leading, call_args, strict=False)}
         for key, value in kwargs.items():
-            param = by_name.get(key)
+            param = keyed.get(key)
             if param is None:
                 if key == "out":
-                    _no_out(display_name(name), value)
+                    refuse_out(display_name(name), value)
                     continue
-                known = ", ".join(dict.fromkeys(f"`{p.name}`" for p in by_name.values()))
                 raise TypeError(
-                    f"{display_name(name)}: unexpected argument `{key}` (it takes {known})."
+                    f"{display_name(name)}: unexpected argument `{key}` (it takes {accepted})."
                 )
-            if param.name in given:
-                raise TypeError(f"{display_name(name)}: got two values for `{param.name}`.")
-            given[param.name] = (param, value)
+            if param[0] in given:
+                raise TypeError(f"{display_name(name)}: got two values for `{param[0]}`.")
+            given[param[0]] = (param, value)
         call: dict[str, Any] = {}
         dtype = None
-        for param, value in given.values():
-            if param.target is None:
-                if not _same(value, param.default):
+        for (label, target, default), value in given.values():
+            if target is None:
+                if not _same(value, default):
                     raise TypeError(
-                        f"{display_name(name)}: `{param.name}` is supported on RaggedArrays at its default "
-                        f"{param.default!r} only, got {value!r}."
+                        f"{display_name(name)}: `{label}` is supported on RaggedArrays at its "
+                        f"default {default!r} only, got {value!r}."
                     )
-            elif param.target == CAST:
+            elif target == CAST:
                 dtype = value
-            elif param.target != IGNORED:
-                if param.target in call:
-                    raise TypeError(f"{display_name(name)}: got two values for `{param.name}`.")
-                if param.target in numbers and isinstance(value, bool):
+            elif target != IGNORED:
+                if target in call:
+                    raise TypeError(f"{display_name(name)}: got two values for `{label}`.")
+                if target in numbers and isinstance(value, bool):
                     value = int(value)
-                call[param.target] = value
-        for param in required:
-            if param.name not in given and param.target not in call:
-                raise TypeError(f"{display_name(name)}: missing the argument `{param.name}`.")
+                call[target] = value
+        for label, target in required:
+            if label not in given and target not in call:
+                raise TypeError(f"{display_name(name)}: missing the argument `{label}`.")
         for target, default in defaults.items():
             call.setdefault(target, default)
         if dtype is not None and isinstance(call.get(ours[0]), RaggedArray):
             call[ours[0]] = call[ours[0]].to(dtype)
-        if variadic is not None:
-            rest = call_args[len(lead) :]
+        if variadic_targets is not None:
+            rest = call_args[len(leading) :]
             if len(rest) == 1 and isinstance(rest[0], (list, tuple)):
                 rest = tuple(rest[0])  # torch.einsum("...", [a, b])
-            return op(*[call.pop(p.target) for p in lead if p.target], *rest, **call)
+            return op(*[call.pop(t) for t in variadic_targets], *rest, **call)
         return op(**call)
 
     def handler(*call_args: Any, **kwargs: Any) -> Any:
@@ -232,12 +240,3 @@ def _custom(*fns: Any, **declaration: Any) -> Callable[[Any], Any]:
         return torch_function(*fns, **declaration)(handler)
 
     return declare
-
-
-def _no_out(label: Any, out: Any) -> None:
-    """``out=`` must be None (a handler's message gets its name from ``_renaming``)."""
-    if out is not None:
-        prefix = f"{label}: " if label else ""
-        raise TypeError(
-            f"{prefix}`out=` is not supported: RaggedArrays are immutable (use the result)."
-        )

@@ -2,8 +2,10 @@
 
 Built from the registry: the ops' ``torch=`` functions and ``methods=`` (``spelled``), the
 pointwise functions, the handlers declared in ``_handlers`` and ``_tensor``, and the refusals
-declared here, whose TypeError says what to use instead; any other function raises a TypeError
-naming the nearest ragged functions.
+(declared next to their family's ops), whose TypeError says what to use instead; any other
+function raises a TypeError naming the nearest ragged functions. The registry holds each torch
+spelling once (``_registry.claim``: a second declaration raises at import), so no entry here
+replaces another.
 """
 
 from __future__ import annotations
@@ -14,98 +16,17 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ... import _array, _registry
-from ..._registry import refuse
+from ..._array import RaggedArray
+from ..._torch_args import refuse_out
+from ..._versions import check_unchanged
 from .. import _pointwise as _pointwise
 from . import _handlers as _handlers
 from . import _model_calls as _model_calls
 from . import _recurrent as _recurrent
 from . import _tensor as _tensor
 from ._spelling import _ERRORS, _RENAMING, _TORCH_RENAMES, _renamed, display_name, spelled
-
-refuse(
-    F.multi_head_attention_forward,
-    family="attention",
-    hint="nn.MultiheadAttention and nn.TransformerEncoderLayer do not take RaggedArrays: use "
-    "ragged.nn.RaggedMultiheadAttention and ragged.nn.RaggedTransformerEncoderLayer (the same "
-    "parameters and state dict) or ragged.attention",
-    see=("ragged.nn.RaggedMultiheadAttention", "ragged.attention"),
-)
-refuse(
-    F.cross_entropy,
-    F.nll_loss,
-    family="reductions",
-    hint="torch puts the classes on dim 1, the ragged axis of a RaggedArray; call it on the "
-    "rows: F.cross_entropy(logits.values, target.values)",
-)
-refuse(
-    torch.cummax,
-    torch.cummin,
-    family="scans",
-    hint="torch's returns the indices too; ragged.cummax(x, axis) and ragged.cummin give the "
-    "running values",
-    see=("ragged.cummax", "ragged.cummin"),
-)
-refuse(
-    torch.reshape,
-    torch.permute,
-    torch.movedim,
-    family="indexing",
-    hint="the ragged axis has per-segment sizes; reshape the rows with ragged.map(lambda v: "
-    "v.reshape(...), x)",
-    see=("ragged.map",),
-)
-refuse(
-    torch.nonzero,
-    torch.masked_select,
-    family="indexing",
-    hint="ragged.filter(x, mask) keeps the rows where a RaggedArray mask is True",
-    see=("ragged.filter",),
-)
-refuse(
-    torch.gather,
-    torch.index_select,
-    torch.take,
-    torch.take_along_dim,
-    family="indexing",
-    hint="ragged.take(x, indices, axis) takes rows within each segment",
-    see=("ragged.take",),
-)
-refuse(F.pad, family="indexing", hint="ragged.pad pads every segment", see=("ragged.pad",))
-refuse(
-    torch.unique_consecutive,
-    family="sorting",
-    hint="ragged.unique_consecutive(x, axis) collapses runs within each segment",
-    see=("ragged.unique_consecutive",),
-)
-refuse(
-    torch.median,
-    torch.nanmedian,
-    torch.quantile,
-    torch.mode,
-    torch.nansum,
-    torch.nanmean,
-    family="reductions",
-    hint="no ragged op: per segment, e.g. ragged.vmap(lambda s: torch.median(s, 0).values)(x)",
-    see=("ragged.vmap",),
-)
-refuse(
-    torch.mm,
-    torch.bmm,
-    family="linalg",
-    hint="ragged.matmul(x, w) or F.linear(x, weight) multiply the rows by a dense matrix",
-    see=("ragged.matmul", "ragged.linear"),
-)
-refuse(
-    F.conv1d,
-    torch.flip,
-    torch.roll,
-    family="linalg",
-    hint="torch's layout would mix segments; per segment: ragged.vmap(fn)(x)",
-    see=("ragged.vmap",),
-)
 
 
 def _unsupported(func: Any, args: Any, kwargs: Any) -> Any:
@@ -153,6 +74,41 @@ def _renaming(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
     return renaming
 
 
+_is_compiling = torch.compiler.is_compiling
+
+
+def _operand_name(position: int) -> str:
+    return ("input", "other")[position] if position < 2 else f"args[{position}]"
+
+
+def guarded(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
+    """``handler`` behind the checks of the torch door: ``out=`` is refused, and every
+    RaggedArray argument (also in a list or tuple) must be unchanged since it was built
+    (``ragged._versions``; eager only). Handlers declared ``checks=True`` do this themselves."""
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if kwargs and kwargs.get("out") is not None:
+            refuse_out(display_name(fn), kwargs["out"])
+        if not _is_compiling():
+            for k, value in enumerate(args):
+                check_arguments(fn, _operand_name(k), value)
+            for key, value in kwargs.items():
+                check_arguments(fn, key, value)
+        return handler(*args, **kwargs)
+
+    return checked
+
+
+def check_arguments(fn: Any, name: str, value: Any) -> None:
+    """Raise if ``value`` (a RaggedArray, or a list or tuple of them) was edited in place."""
+    if type(value) is RaggedArray:
+        check_unchanged(display_name(fn), value, names=(name, ""))
+    elif type(value) in (list, tuple):
+        for k, item in enumerate(value):
+            if type(item) is RaggedArray:
+                check_unchanged(display_name(fn), item, names=(f"{name}[{k}]", ""))
+
+
 def dispatch_table() -> dict[Any, Callable[..., Any]]:
     """torch function -> handler, for ``RaggedArray.__torch_function__``."""
     table: dict[Any, Callable[..., Any]] = {None: _unsupported}
@@ -163,10 +119,9 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
         for fn in entry.fns:
             if entry.handler is None:
                 table[fn] = _refused(fn, entry.hint)
-            elif entry.handler in _RENAMING:
-                table[fn] = _renaming(entry.handler, fn)
             else:
-                table[fn] = entry.handler
+                handler = entry.handler if entry.checks else guarded(entry.handler, fn)
+                table[fn] = _renaming(handler, fn) if entry.handler in _RENAMING else handler
     return table
 
 
@@ -180,8 +135,11 @@ def method_table() -> dict[str, Callable[..., Any]]:
         for name in entry.methods:
             handler = entry.handler
             assert handler is not None
-            if handler in _RENAMING:
-                handler = _renaming(handler, f"RaggedArray.{name}")
+            label = f"RaggedArray.{name}"
+            if not entry.checks:
+                handler = guarded(handler, label)
+            if entry.handler in _RENAMING:
+                handler = _renaming(handler, label)
             table[name] = handler
     return table
 
@@ -189,7 +147,11 @@ def method_table() -> dict[str, Callable[..., Any]]:
 def install(extra: dict[Any, Callable[..., Any]]) -> None:
     """Fill ``RaggedArray.__torch_function__``'s table with ``dispatch_table()`` and ``extra``
     (the operators of a dense ``self``; idempotent)."""
-    table = {**dispatch_table(), **extra}
+    table = dispatch_table()
+    both = [display_name(f) for f in extra if f in table]
+    if both:
+        raise ValueError(f"declared both as operators and in the registry: {both}")
+    table.update(extra)
     _array.TORCH_FUNCTIONS.clear()
     _array.TORCH_FUNCTIONS.update(table)
     python = [(f, h) for f, h in table.items() if isinstance(f, types.FunctionType)]

@@ -32,10 +32,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._array import RaggedArray
-from ._errors import Func, type_error, typename, value_error
-from ._partition import Partition, RowPartition
-from ._registry import public
+from .._array import RaggedArray
+from .._errors import Func, type_error, typename, value_error
+from .._factories_dense import register_array_source
+from .._partition import Partition, RowPartition
+from .._registry import public
 
 __all__ = ["from_awkward", "is_awkward", "to_awkward"]
 
@@ -303,3 +304,6 @@ def to_awkward(x: RaggedArray) -> Any:
         offsets = level.offsets.detach().cpu().numpy().copy()
         content = ak.contents.ListOffsetArray(ak.index.Index64(offsets), content)
     return ak.Array(content)
+
+
+register_array_source(is_awkward, from_awkward)  # ragged.array(awkward_array)
