@@ -280,22 +280,7 @@ def test_matrix_rows_match_each_sequence(name: str) -> None:
     check_per_sequence(module, batch(LENGTHS, 8, seed=5))
 
 
-TORCH_PARAM_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="issue 29 item 5: a Tensor-style method with a keyword on an array made inside the "
-    "compiled region (`x.pow(2).mean(-1, keepdim=True)`) fails in _spelling.translate "
-    "(TorchParam); fixed on the `door` branch: drop this mark when it lands",
-)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=TORCH_PARAM_BUG) if n == "HF LlamaRMSNorm" else n
-        for n, (_, one) in MATRIX.items()
-        if one
-    ],
-)
+@pytest.mark.parametrize("name", [n for n, (_, one) in MATRIX.items() if one])
 def test_matrix_rows_compile_to_one_graph(name: str) -> None:
     torch.manual_seed(0)
     module = MATRIX[name][0]()

@@ -14,8 +14,9 @@ from torch import Tensor
 
 from ..._array import RaggedArray
 from ..._axes import normalize_axis
+from ..._torch_args import refuse_out
 from .._combining import concat
-from ._spelling import _custom, _no_out
+from ._spelling import _custom
 
 
 def _shifted(x: RaggedArray, axis: int, start: int | None, stop: int | None) -> RaggedArray:
@@ -73,7 +74,7 @@ def _diff(
 def _addmm(
     input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1, out: Any = None
 ) -> RaggedArray:
-    _no_out(None, out)
+    refuse_out(None, out)
     if not isinstance(mat1, RaggedArray) or mat1.values.ndim != 2:
         got = f"{mat1.ndim} axes" if isinstance(mat1, RaggedArray) else type(mat1).__name__
         raise TypeError(
