@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import ragged
@@ -315,3 +316,45 @@ def test_the_docs_list_every_row() -> None:
     for name, (_, one_graph) in MATRIX.items():
         assert name in rows, name
         assert ("one graph" in rows[name]) == one_graph, name
+
+
+# --- F.scaled_dot_product_attention in torch's one-head layout (B, L*, E) ----------------------
+
+
+@pytest.mark.parametrize("kind", ["none", "bool", "float"])
+def test_sdpa_cross_attention_with_a_pair_mask(kind: str) -> None:
+    qs = batch([3, 1, 4], 4, seed=7)
+    ks = batch([2, 5, 1], 4, seed=8)
+    vs = batch([2, 5, 1], 4, seed=9)
+    q, k, v = (ragged.array(t).requires_grad_() for t in (qs, ks, vs))
+    rows_q = ragged.array([torch.arange(n, dtype=torch.float64) for n in (3, 1, 4)])
+    rows_k = ragged.array([torch.arange(n, dtype=torch.float64) for n in (2, 5, 1)])
+    scores = ragged.outer(rows_q, rows_k)  # (B, Lq*, Lk*): i + j
+    transforms = {
+        "none": None,
+        # Query 1 of the last segment (one key) sees none: zeros, as torch gives.
+        "bool": lambda t: t % 3 != 1,
+        "float": torch.sin,
+    }
+    transform = transforms[kind]
+    mask = None if transform is None else scores.with_values(transform(scores.values))
+    got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.7)
+    assert got.partition is q.partition
+    got.values.pow(2).sum().backward()
+    for b in range(3):
+        segment = [t[b].detach().clone().requires_grad_() for t in (q, k, v)]
+        pairs = torch.arange(len(qs[b]))[:, None] + torch.arange(len(ks[b]))[None]
+        one = None if transform is None else transform(pairs.double())[None]
+        expected = F.scaled_dot_product_attention(
+            *(t[None] for t in segment), attn_mask=one, scale=0.7
+        )[0]
+        torch.testing.assert_close(got[b], expected)
+        expected.pow(2).sum().backward()
+        for array, part in zip((q, k, v), segment, strict=True):
+            torch.testing.assert_close(array.with_values(array.values.grad)[b], part.grad)
+
+
+def test_sdpa_refuses_a_dense_mask() -> None:
+    x = ragged.array(batch([2, 3], 4))
+    with pytest.raises(TypeError, match=r"`attn_mask` must be a RaggedArray pair map"):
+        F.scaled_dot_product_attention(x, x, x, attn_mask=torch.ones(3, 3, dtype=torch.bool))
