@@ -359,3 +359,19 @@ def test_sdpa_refuses_a_dense_mask() -> None:
     x = ragged.array(batch([2, 3], 4))
     with pytest.raises(TypeError, match=r"`attn_mask` must be a RaggedArray pair map"):
         F.scaled_dot_product_attention(x, x, x, attn_mask=torch.ones(3, 3, dtype=torch.bool))
+
+
+def test_sdpa_with_a_pair_mask_compiles_to_one_graph() -> None:
+    def f(x: ragged.RaggedArray) -> Any:
+        rows = x[..., 0]
+        pairs = ragged.outer(rows, rows)  # x_i * x_j: every query keeps itself (x_i^2 >= 0)
+        mask = pairs.with_values(pairs.values > -0.5)
+        return F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+
+    batches = [
+        (ragged.array(batch(lengths, 4, seed=i)).float(),)
+        for i, lengths in enumerate(COMPILE_LENGTHS)
+    ]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(f, batches, backend="aot_eager", max_graphs=1)
+    assert report.graphs == 1
