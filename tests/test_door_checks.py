@@ -74,7 +74,26 @@ PATTERNS: list[tuple[bool, Callable[[Any, Arrays], Any]]] = [
     (False, lambda f, a: f(_dense(3), a["x"] > 0.5, 0.5)),
     (False, lambda f, a: f(torch.ones(3, dtype=torch.long), a["i"])),
     (False, lambda f, a: f(_dense(3, 3), a["m"])),
+    (False, lambda f, a: f(_dense(2), a["x"], _dense(3, 2))),
+    *[(False, lambda f, a, g=gates: _recurrent(f, a["x"], g)) for gates in (1, 3, 4)],
 ]
+
+
+RECURRENT_GATES = {torch.gru: 3, torch.lstm: 4, torch.rnn_tanh: 1, torch.rnn_relu: 1}
+
+
+def _recurrent(f: Any, x: Any, gates: int) -> Any:
+    """``torch.gru`` (3 gates), ``torch.lstm`` (4) or ``torch.rnn_*`` (1) as the modules call
+    them: hidden size 2, one layer, batch first. Weights of another gate count could crash
+    torch's kernel: a recurrent function is called with its own only (``f`` may also be the
+    ``out=`` wrapper of the function whose pattern this is)."""
+    if RECURRENT_GATES.get(f, gates) != gates:
+        raise TypeError("another recurrent function")
+    params = [_dense(2 * gates, 3), _dense(2 * gates, 2), _dense(2 * gates), _dense(2 * gates)]
+    h0 = _dense(1, 3, 2)
+    return f(x, (h0, h0) if gates == 4 else h0, params, True, 1, 0.0, False, False, True)
+
+
 # Entry points for which the other operand's shape is an answer (equal: False) or not read
 # (type_as: its dtype and device only), not an error.
 ANSWERS_MISMATCH = {"torch.equal", "torch.Tensor.equal", "RaggedArray.equal", "RaggedArray.type_as"}

@@ -618,6 +618,12 @@ EXPLICIT_FNS = [
     torch.Tensor.equal,
     F.normalize,
     torch.stack,
+    torch.gru,
+    torch.lstm,
+    torch.rnn_tanh,
+    torch.rnn_relu,
+    torch.diff,
+    torch.addmm,
     F.scaled_dot_product_attention,
     torch.transpose,
     torch.swapaxes,
@@ -654,6 +660,7 @@ EXPLICIT_METHODS = [
     "cpu",
     "cuda",
     "type_as",
+    "diff",
 ]
 
 
@@ -686,6 +693,7 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
         torch.stack([x, y]),
         torch.stack([x, y], 1),
         F.scaled_dot_product_attention(x, y, y, is_causal=True),
+        torch.addmm(torch.ones(2), x, torch.ones(3, 2), beta=0.5),
         torch.transpose(x[..., None], 2, 3),
         torch.swapaxes(x[..., None], -1, -2),
         x[..., None].transpose(2, 3),

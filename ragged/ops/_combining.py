@@ -209,8 +209,10 @@ def _concat_batch(arrays: Sequence[RaggedArray], names: AxisNames | None) -> Rag
     return RaggedArray(values, Partition(tuple(levels)), names)
 
 
-def _shifted(t: Tensor, shift: int) -> Tensor:
-    return t + shift if shift else t
+def _shifted(t: Tensor, shift: Any) -> Tensor:
+    # No `if shift` shortcut: the size of a data-dependent length (``x[:, :1]`` under compile)
+    # is an unbacked SymInt, which a test of its value would guard on.
+    return t + shift
 
 
 def _known_one(num: Any) -> bool:

@@ -275,11 +275,35 @@ SDPA_LAYOUT = (
 )
 
 
+def pair_bias(mask: Any, dtype: torch.dtype) -> RaggedArray:
+    """``attn_mask`` as ``ragged.attention``'s one-head ``bias``: a pair map ``(B, Lq*, Lk*)``,
+    boolean (True: attend, as torch) or additive."""
+    if not isinstance(mask, RaggedArray) or mask.ndim != 3 or mask.ragged_ndim != 2:
+        got = (
+            f"a RaggedArray of {mask.ndim} axes"
+            if isinstance(mask, RaggedArray)
+            else type(mask).__name__
+        )
+        raise TypeError(
+            "`attn_mask` must be a RaggedArray pair map (B, Lq*, Lk*) (ragged.outer of the "
+            "query and key rows; segments never attend to each other, and a dense mask "
+            f"would need padding), got {got}."
+        )
+    values = mask.values
+    if values.dtype == torch.bool:
+        values = torch.zeros(values.shape, dtype=dtype, device=values.device).masked_fill(
+            ~values, float("-inf")
+        )
+    return RaggedArray(values[:, None], mask.partition)
+
+
 @torch_handler(
     F.scaled_dot_product_attention,
     family="attention",
-    meaning="torch's layout `(B, L*, E)` (one head): attention within each segment; "
-    "`is_causal`, `scale`, `dropout_p` as torch; heads: `ragged.attention` `(B, L*, H, Dh)`",
+    meaning="torch's layout `(B, L*, E)` (one head): attention within each segment (keys "
+    "and values of another partition: cross-attention); `is_causal`, `scale`, `dropout_p` "
+    "as torch; `attn_mask` a RaggedArray pair map `(B, Lq*, Lk*)`, boolean or additive; "
+    "heads: `ragged.attention` `(B, L*, H, Dh)`",
     see=("ragged.attention",),
 )
 def _sdpa(
@@ -298,15 +322,11 @@ def _sdpa(
             f"{a.ndim} axes" if isinstance(a, RaggedArray) else type(a).__name__ for a in arrays
         )
         raise TypeError(f"{SDPA_LAYOUT}; got {got}.")
-    if attn_mask is not None:
-        raise TypeError(
-            "`attn_mask` is not supported on RaggedArrays: segments never attend to each other; "
-            "for a pair bias or mask use ragged.attention(q, k, v, bias=...)."
-        )
     if enable_gqa:
         raise TypeError("`enable_gqa` needs heads: use ragged.attention.")
+    bias = None if attn_mask is None else pair_bias(attn_mask, query.dtype)
     q, k, v = (RaggedArray(a.values[:, None], a.partition) for a in arrays)
-    out = attention(q, k, v, causal=is_causal, scale=scale, dropout_p=dropout_p or None)
+    out = attention(q, k, v, causal=is_causal, scale=scale, bias=bias, dropout_p=dropout_p or None)
     return RaggedArray(out.values[:, 0], query.partition, query.axes)
 
 

@@ -1,0 +1,377 @@
+"""Model code written for tensors, run unmodified on RaggedArrays.
+
+Each module runs once on a batch ``(B, L*, C)`` and once on every segment as a ``(1, L, C)``
+tensor (the per-sequence reference): outputs, last states and parameter gradients must agree
+(float64).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ragged
+import ragged.testing
+
+LENGTHS = [5, 1, 9, 3]
+
+
+def batch(lengths: Sequence[int], channels: int, seed: int = 0) -> list[torch.Tensor]:
+    """Per-segment float64 tensors ``(L_i, channels)`` from ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(n, channels, dtype=torch.float64, generator=generator) for n in lengths]
+
+
+def grads(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The parameter gradients of ``module`` (cleared afterwards)."""
+    out = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+    module.zero_grad()
+    return out
+
+
+def outputs(result: Any) -> list[Any]:
+    """The tensors and RaggedArrays of a module's result, flattened (``(out, (h, c))``)."""
+    if isinstance(result, (tuple, list)):
+        return [leaf for item in result for leaf in outputs(item)]
+    return [result]
+
+
+def check_per_sequence(
+    module: nn.Module,
+    segments: list[torch.Tensor],
+    call: Callable[[nn.Module, Any, int | None], Any] = lambda m, x, b: m(x),
+) -> None:
+    """``module`` on the batch equals ``module`` on each segment, with parameter gradients.
+
+    ``call(module, x, b)`` runs the module on ``x`` (the RaggedArray, ``b=None``; or segment
+    ``b`` as a ``(1, L, C)`` tensor). A RaggedArray output is compared segment by segment, a
+    tensor output (a last state) along its batch axis 1 (torch's ``(layers, B, H)``).
+    """
+    x = ragged.array(segments)
+    got = outputs(call(module, x, None))
+    assert isinstance(got[0], ragged.RaggedArray)
+    loss = sum((o.values if isinstance(o, ragged.RaggedArray) else o).pow(2).sum() for o in got)
+    loss.backward()
+    batched = grads(module)
+    loss_ref = torch.zeros((), dtype=torch.float64)
+    for b, segment in enumerate(segments):
+        expected = outputs(call(module, segment[None], b))
+        assert len(expected) == len(got)
+        for g, e in zip(got, expected, strict=True):
+            if isinstance(g, ragged.RaggedArray):
+                torch.testing.assert_close(g[b], e[0])
+            else:
+                torch.testing.assert_close(g[:, b], e[:, 0])
+        loss_ref = loss_ref + sum(e.pow(2).sum() for e in expected)
+    loss_ref.backward()
+    reference = grads(module)
+    assert batched.keys() == reference.keys() and batched
+    for name, grad in batched.items():
+        torch.testing.assert_close(grad, reference[name], msg=name)
+
+
+RECURRENT = [
+    pytest.param(nn.RNN, {}, id="RNN"),
+    pytest.param(nn.RNN, {"nonlinearity": "relu"}, id="RNN-relu"),
+    pytest.param(nn.GRU, {}, id="GRU"),
+    pytest.param(nn.LSTM, {}, id="LSTM"),
+    pytest.param(nn.LSTM, {"proj_size": 3}, id="LSTM-proj"),
+]
+
+
+@pytest.mark.parametrize(("layers", "bidirectional"), [(1, False), (2, True)])
+@pytest.mark.parametrize(("cls", "options"), RECURRENT)
+def test_recurrent_modules_match_each_sequence(cls, options, layers, bidirectional) -> None:
+    torch.manual_seed(0)
+    module = cls(4, 6, num_layers=layers, bidirectional=bidirectional, batch_first=True, **options)
+    check_per_sequence(module.double(), batch(LENGTHS, 4))
+
+
+@pytest.mark.parametrize("cls", [nn.RNN, nn.GRU, nn.LSTM])
+def test_recurrent_modules_take_an_initial_state(cls) -> None:
+    torch.manual_seed(1)
+    module = cls(3, 5, num_layers=2, bidirectional=True, batch_first=True).double()
+    generator = torch.Generator().manual_seed(2)
+    shape = (4, len(LENGTHS), 5)
+    h0 = torch.randn(shape, dtype=torch.float64, generator=generator)
+    c0 = torch.randn(shape, dtype=torch.float64, generator=generator)
+    state = (h0, c0) if cls is nn.LSTM else h0
+
+    def call(m: nn.Module, x: Any, b: int | None) -> Any:
+        if b is None:
+            return m(x, state)
+        one = (h0[:, b : b + 1], c0[:, b : b + 1]) if cls is nn.LSTM else h0[:, b : b + 1]
+        return m(x, one)
+
+    check_per_sequence(module, batch(LENGTHS, 3, seed=3), call)
+
+
+def test_recurrent_output_keeps_the_partition() -> None:
+    x = ragged.array(batch([2, 4], 3))
+    out, _ = nn.GRU(3, 2, batch_first=True).double()(x)
+    assert out.partition is x.partition
+    assert out.shape[-1] == 2
+
+
+def test_recurrent_errors_name_the_layout() -> None:
+    x = ragged.array(batch([2, 4], 3))
+    with pytest.raises(ValueError, match=r"torch.gru: `batch_first` must be True"):
+        torch.gru(x, torch.zeros(1, 2, 2), [], True, 1, 0.0, False, False, False)
+
+
+@pytest.mark.parametrize("lengths", [[0, 3, 0, 2], [0, 0]])
+@pytest.mark.parametrize("cls", [nn.RNN, nn.GRU, nn.LSTM])
+def test_recurrent_empty_segments_keep_their_initial_state(cls, lengths) -> None:
+    torch.manual_seed(4)
+    module = cls(3, 5, num_layers=2, bidirectional=True, batch_first=True).double()
+    generator = torch.Generator().manual_seed(5)
+    h0 = torch.randn(4, len(lengths), 5, dtype=torch.float64, generator=generator)
+    c0 = torch.randn(4, len(lengths), 5, dtype=torch.float64, generator=generator)
+    state = (h0, c0) if cls is nn.LSTM else h0
+    segments = batch(lengths, 3, seed=6)
+    out, last = module(ragged.array(segments), state)
+    last = last if cls is nn.LSTM else (last,)
+    initial = (h0, c0) if cls is nn.LSTM else (h0,)
+    assert out.shape[-1] == 10
+    for b, segment in enumerate(segments):
+        one = tuple(h[:, b : b + 1] for h in initial)
+        if segment.shape[0] == 0:
+            expected_out = segment.new_zeros(0, 10)
+            expected_last = one
+        else:
+            expected_out, expected_last = module(segment[None], one if cls is nn.LSTM else one[0])
+            expected_out = expected_out[0]
+            expected_last = expected_last if cls is nn.LSTM else (expected_last,)
+        torch.testing.assert_close(out[b], expected_out)
+        for got, expected in zip(last, expected_last, strict=True):
+            torch.testing.assert_close(got[:, b], expected[:, 0])
+
+
+def per_segment_diff(segment: torch.Tensor, n: int, dim: int, pre: Any, post: Any) -> torch.Tensor:
+    """``torch.diff`` of one segment ``(L, C)`` (``dim`` of the batch, minus one)."""
+    return torch.diff(segment, n, dim - 1, prepend=pre, append=post)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+@pytest.mark.parametrize("dim", [1, -1, 2])
+@pytest.mark.parametrize("ends", [False, True])
+def test_diff_matches_each_segment(n: int, dim: int, ends: bool) -> None:
+    lengths = [0, 1, 2, 5]
+    segments = batch(lengths, 3, seed=n)
+    x = ragged.array(segments)
+    if dim == -1:
+        x = x[..., 0]
+        segments = [s[:, 0] for s in segments]
+    inner = dim == 2
+    pre = (x[..., :1] if inner else x[:, :1]) - 1 if ends else None
+    post = x * 2 if ends else None
+    got = torch.diff(x, n, dim, prepend=pre, append=post)
+    for b, segment in enumerate(segments):
+        p = (segment[:, :1] if inner else segment[:1]) - 1 if ends else None
+        q = segment * 2 if ends else None
+        axis = 1 if dim == -1 else dim
+        torch.testing.assert_close(got[b], per_segment_diff(segment, n, axis, p, q))
+    assert x.diff(n, dim).shape == torch.diff(x, n, dim).shape
+
+
+def test_diff_and_addmm_differentiate() -> None:
+    x = ragged.array(batch([3, 0, 4], 2)).requires_grad_()
+    w = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, dtype=torch.float64, requires_grad=True)
+
+    def f(values: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        rows = x.with_values(values)
+        out = torch.addmm(b, torch.diff(rows, dim=1, prepend=rows[:, :1]), w, beta=0.5)
+        return out.values
+
+    torch.autograd.gradcheck(f, (x.values, w, b))
+
+
+def test_addmm_matches_each_segment() -> None:
+    segments = batch([4, 0, 2], 3)
+    x = ragged.array(segments)
+    w = torch.randn(3, 2, dtype=torch.float64)
+    bias = torch.randn(2, dtype=torch.float64)
+    got = torch.addmm(bias, x, w, beta=2.0, alpha=0.5)
+    assert got.partition is x.partition
+    for b, segment in enumerate(segments):
+        torch.testing.assert_close(got[b], torch.addmm(bias, segment, w, beta=2.0, alpha=0.5))
+
+
+def test_diff_and_addmm_errors() -> None:
+    x = ragged.array(batch([2, 1], 3))
+    with pytest.raises(ValueError, match=r"torch.diff: `dim` cannot be the batch axis"):
+        torch.diff(x, dim=0)
+    with pytest.raises(TypeError, match=r"torch.diff: `prepend` must be a RaggedArray"):
+        torch.diff(x, dim=1, prepend=torch.zeros(1, 3))
+    with pytest.raises(TypeError, match=r"torch.addmm: `mat2` must be a dense Tensor"):
+        torch.addmm(torch.zeros(3), x, x)
+
+
+COMPILE_LENGTHS = [[3, 1, 4], [2, 5], [1, 2, 6, 3, 2]]
+
+
+def test_addmm_compiles_to_one_graph() -> None:
+    w = torch.randn(3, 2)
+    bias = torch.randn(2)
+
+    def f(x: ragged.RaggedArray) -> Any:
+        return torch.addmm(bias, x, w), torch.addmm(bias, x * 2, w, beta=0.5), x.diff(1, dim=-1)
+
+    batches = [
+        (ragged.array(batch(lengths, 3, seed=i)).float(),)
+        for i, lengths in enumerate(COMPILE_LENGTHS)
+    ]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(f, batches, backend="aot_eager", max_graphs=1)
+    assert report.graphs == 1
+
+
+# --- the model matrix: module rows compared with per-sequence runs, and compiled ---------------
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+
+
+def hf(name: str) -> Callable[[], nn.Module]:
+    """A tiny random HF ``transformers`` module (the test skips without transformers)."""
+
+    def build() -> nn.Module:
+        transformers = pytest.importorskip("transformers")
+        bert = transformers.BertConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2)
+        llama = transformers.LlamaConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2)
+        from transformers.models.bert import modeling_bert
+        from transformers.models.llama import modeling_llama
+
+        modules = {
+            "BertIntermediate": lambda: modeling_bert.BertIntermediate(bert),
+            "LlamaMLP": lambda: modeling_llama.LlamaMLP(llama),
+            "LlamaRMSNorm": lambda: modeling_llama.LlamaRMSNorm(8),
+        }
+        return modules[name]()
+
+    return build
+
+
+# name -> (builder, whether one compiled graph covers three batches). Rows are the matrix of
+# docs/models.md ("test_the_docs_list_every_row" keeps the two in step).
+MATRIX: dict[str, tuple[Callable[[], nn.Module], bool]] = {
+    "nn.Linear / GELU MLP": (mlp, True),
+    "nn.LayerNorm": (lambda: nn.LayerNorm(8), True),
+    "nn.RNN": (lambda: nn.RNN(8, 6, batch_first=True), False),
+    "nn.GRU": (lambda: nn.GRU(8, 6, num_layers=2, bidirectional=True, batch_first=True), False),
+    "nn.LSTM": (lambda: nn.LSTM(8, 6, num_layers=2, bidirectional=True, batch_first=True), False),
+    "HF BertIntermediate": (hf("BertIntermediate"), True),
+    "HF LlamaMLP": (hf("LlamaMLP"), True),
+    "HF LlamaRMSNorm": (hf("LlamaRMSNorm"), True),
+}
+
+
+@pytest.mark.parametrize("name", list(MATRIX))
+def test_matrix_rows_match_each_sequence(name: str) -> None:
+    torch.manual_seed(0)
+    module = MATRIX[name][0]().double()
+    check_per_sequence(module, batch(LENGTHS, 8, seed=5))
+
+
+@pytest.mark.parametrize("name", [n for n, (_, one) in MATRIX.items() if one])
+def test_matrix_rows_compile_to_one_graph(name: str) -> None:
+    torch.manual_seed(0)
+    module = MATRIX[name][0]()
+    batches = [(ragged.array(batch(n, 8, seed=i)).float(),) for i, n in enumerate(COMPILE_LENGTHS)]
+    # A module's float attribute (LayerNorm's eps) would be lifted as a dynamic float input and
+    # read back with .item() inside the norm's handler; specialised as the op table does.
+    with ragged.dynamic_shapes(), torch._dynamo.config.patch(specialize_float=True):
+        report = ragged.testing.check_compile(
+            module, batches, backend="aot_eager", max_graphs=1, atol=1e-5, rtol=1e-5
+        )
+    assert report.graphs == 1
+
+
+@pytest.mark.parametrize("name", [n for n, (_, one) in MATRIX.items() if not one])
+def test_recurrent_rows_compile_with_a_break_at_packing(name: str) -> None:
+    """Packing reads the lengths (host ``batch_sizes``): the handler runs eagerly (a graph
+    break; Dynamo runs torch's recurrent modules eagerly anyway), and the compiled module
+    matches eager mode on every batch."""
+    torch.manual_seed(0)
+    module = MATRIX[name][0]()
+    compiled = torch.compile(module, backend="aot_eager", dynamic=True)
+    for i, lengths in enumerate(COMPILE_LENGTHS):
+        x = ragged.array(batch(lengths, 8, seed=i)).float()
+        for got, expected in zip(outputs(compiled(x)), outputs(module(x)), strict=True):
+            ragged.testing.assert_close(got, expected)
+
+
+def test_the_docs_list_every_row() -> None:
+    """docs/models.md has a row for every module of the matrix, and says how it compiles."""
+    text = (Path(__file__).parents[1] / "docs" / "models.md").read_text()
+    text = text.split("## Side by side")[0]  # the matrix, not the benchmark's table
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    for name, (_, one_graph) in MATRIX.items():
+        assert name in rows, name
+        assert ("one graph" in rows[name]) == one_graph, name
+
+
+# --- F.scaled_dot_product_attention in torch's one-head layout (B, L*, E) ----------------------
+
+
+@pytest.mark.parametrize("kind", ["none", "bool", "float"])
+def test_sdpa_cross_attention_with_a_pair_mask(kind: str) -> None:
+    qs = batch([3, 1, 4], 4, seed=7)
+    ks = batch([2, 5, 1], 4, seed=8)
+    vs = batch([2, 5, 1], 4, seed=9)
+    q, k, v = (ragged.array(t).requires_grad_() for t in (qs, ks, vs))
+    rows_q = ragged.array([torch.arange(n, dtype=torch.float64) for n in (3, 1, 4)])
+    rows_k = ragged.array([torch.arange(n, dtype=torch.float64) for n in (2, 5, 1)])
+    scores = ragged.outer(rows_q, rows_k)  # (B, Lq*, Lk*): i + j
+    transforms = {
+        "none": None,
+        # Query 1 of the last segment (one key) sees none: zeros, as torch gives.
+        "bool": lambda t: t % 3 != 1,
+        "float": torch.sin,
+    }
+    transform = transforms[kind]
+    mask = None if transform is None else scores.with_values(transform(scores.values))
+    got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.7)
+    assert got.partition is q.partition
+    got.values.pow(2).sum().backward()
+    for b in range(3):
+        segment = [t[b].detach().clone().requires_grad_() for t in (q, k, v)]
+        pairs = torch.arange(len(qs[b]))[:, None] + torch.arange(len(ks[b]))[None]
+        one = None if transform is None else transform(pairs.double())[None]
+        expected = F.scaled_dot_product_attention(
+            *(t[None] for t in segment), attn_mask=one, scale=0.7
+        )[0]
+        torch.testing.assert_close(got[b], expected)
+        expected.pow(2).sum().backward()
+        for array, part in zip((q, k, v), segment, strict=True):
+            torch.testing.assert_close(array.with_values(array.values.grad)[b], part.grad)
+
+
+def test_sdpa_refuses_a_dense_mask() -> None:
+    x = ragged.array(batch([2, 3], 4))
+    with pytest.raises(TypeError, match=r"`attn_mask` must be a RaggedArray pair map"):
+        F.scaled_dot_product_attention(x, x, x, attn_mask=torch.ones(3, 3, dtype=torch.bool))
+
+
+def test_sdpa_with_a_pair_mask_compiles_to_one_graph() -> None:
+    def f(x: ragged.RaggedArray) -> Any:
+        rows = x[..., 0]
+        pairs = ragged.outer(rows, rows)  # x_i * x_j: every query keeps itself (x_i^2 >= 0)
+        mask = pairs.with_values(pairs.values > -0.5)
+        return F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+
+    batches = [
+        (ragged.array(batch(lengths, 4, seed=i)).float(),)
+        for i, lengths in enumerate(COMPILE_LENGTHS)
+    ]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(f, batches, backend="aot_eager", max_graphs=1)
+    assert report.graphs == 1
