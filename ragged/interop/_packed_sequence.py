@@ -7,7 +7,6 @@ nothing from the device (``PackedSequence`` keeps its ``batch_sizes`` on the hos
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence
 
 from .._array import RaggedArray
@@ -15,6 +14,7 @@ from .._errors import type_error, typename, value_error
 from .._partition import Partition, RowPartition
 from .._registry import public
 from ..ops._indexing._axis import one_level_array
+from ..ops._packing import packed_index, packing_plan
 
 
 @public("interop")
@@ -41,50 +41,21 @@ def to_packed_sequence(x: RaggedArray, *, enforce_sorted: bool = False) -> Packe
     [[1.0], [2.0, 3.0, 4.0], [5.0, 6.0]]
     """
     func = to_packed_sequence
-    x = one_level_array(func, x)
-    lengths = x.lengths.cpu()
-    num = lengths.shape[0]
-    if num == 0:
-        raise value_error(
-            func, "x", "must have at least one segment for a PackedSequence", "0 segments"
-        )
-    empty = lengths == 0
-    if bool(empty.any()):
-        b = int(torch.argmax(empty.to(torch.int8)))
-        raise value_error(
-            func,
-            "x",
-            "must have no empty segment (PackedSequence cannot hold one)",
-            f"lengths[{b}] = 0",
-        )
-    sorted_lengths, sorted_indices = torch.sort(lengths, descending=True, stable=True)
-    if enforce_sorted and not bool(torch.equal(sorted_lengths, lengths)):
+    plan = packing_plan(func, one_level_array(func, x))
+    if enforce_sorted and not bool(torch.equal(plan.sorted_lengths, plan.lengths)):
         raise value_error(
             func,
             "x",
             "must have lengths in decreasing order with enforce_sorted=True",
-            f"lengths {lengths.tolist()}",
+            f"lengths {plan.lengths.tolist()}",
         )
-    longest = int(sorted_lengths[0])
-    # batch_sizes[t] = number of segments longer than t.
-    per_length = torch.bincount(lengths, minlength=longest + 1)
-    batch_sizes = num - torch.cumsum(per_length, 0)[:longest]
-    rank = torch.empty_like(sorted_indices)
-    rank[sorted_indices] = torch.arange(num)  # the position of each segment in sorted order
-    dest = _packed_index(x.partition.levels[0], batch_sizes, rank, x.device)
-    data = x.values.new_empty(x.values.shape).index_copy(0, dest, x.values)
+    data = x.values.new_empty(x.values.shape).index_copy(0, plan.dest, x.values)
     if enforce_sorted:
-        return PackedSequence(data, batch_sizes, None, None)
+        return PackedSequence(data, plan.batch_sizes, None, None)
     device = x.device
-    return PackedSequence(data, batch_sizes, sorted_indices.to(device), rank.to(device))
-
-
-def _packed_index(
-    level: RowPartition, batch_sizes: Tensor, rank: Tensor, device: torch.device
-) -> Tensor:
-    """Row ``(b, t)`` of the segments sits at ``time_offsets[t] + rank[b]`` in packed data."""
-    time_offsets = torch.cumsum(batch_sizes, 0) - batch_sizes
-    return time_offsets.to(device)[level.positions()] + rank.to(device)[level.row_ids]
+    return PackedSequence(
+        data, plan.batch_sizes, plan.sorted_indices.to(device), plan.rank.to(device)
+    )
 
 
 @public("interop")
@@ -121,5 +92,5 @@ def from_packed_sequence(ps: PackedSequence) -> RaggedArray:
         rank = unsorted_indices.to(data.device, torch.int64)
         lengths = sorted_lengths.to(data.device)[rank]
     level = RowPartition.from_lengths(lengths, data.shape[0], longest)
-    source = _packed_index(level, batch_sizes, rank, data.device)
+    source = packed_index(level, batch_sizes, rank, data.device)
     return RaggedArray(data.index_select(0, source), Partition((level,)))

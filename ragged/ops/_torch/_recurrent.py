@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ..._array import RaggedArray
-from ...interop._packed_sequence import to_packed_sequence
+from .._packing import packing_plan
 from ._spelling import torch_handler
 
 
@@ -29,12 +29,12 @@ def packed_rows(x: RaggedArray) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(rows, batch_sizes, sorted_indices, unsorted_indices)`` for packing ``x``: the packed
     data of ``x`` is ``x.values.index_select(0, rows)``, and packed data ``d`` goes back to the
     rows of ``x`` as ``torch.index_copy(new, 0, rows, d)``. Reads the lengths once."""
-    rows = torch.arange(x.values.shape[0], device=x.device)
-    packed = to_packed_sequence(x.with_values(rows, axes=None))
-    data, batch_sizes, sorted_indices, unsorted_indices = packed
-    if sorted_indices is None or unsorted_indices is None:  # enforce_sorted=False records them
-        raise RuntimeError("to_packed_sequence recorded no permutation")
-    return data, batch_sizes, sorted_indices, unsorted_indices
+    plan = packing_plan("ragged.to_packed_sequence", x)
+    rows = torch.empty_like(plan.dest).index_copy_(
+        0, plan.dest, torch.arange(x.values.shape[0], device=x.device)
+    )
+    device = x.device
+    return rows, plan.batch_sizes, plan.sorted_indices.to(device), plan.rank.to(device)
 
 
 @torch._dynamo.disable  # packing reads the lengths: one clean graph break, run eagerly
