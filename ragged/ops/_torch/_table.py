@@ -20,6 +20,7 @@ from ... import _array, _registry
 from ..._registry import refuse
 from .. import _pointwise as _pointwise
 from . import _handlers as _handlers
+from . import _immutable as _immutable
 from . import _tensor as _tensor
 from ._spelling import _ERRORS, _RENAMING, _TORCH_RENAMES, _renamed, display_name, spelled
 
