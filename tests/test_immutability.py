@@ -212,7 +212,7 @@ def test_every_in_place_tensor_method_is_refused_by_name():
 
 
 @pytest.mark.parametrize(
-    "call, label, spelling",
+    ("call", "label", "spelling"),
     [
         (lambda x: x.add_(1), "RaggedArray.add_", "x.add(...)"),
         (lambda x: x.mul_(2), "RaggedArray.mul_", "x.mul(...)"),
@@ -234,7 +234,7 @@ def test_in_place_spellings_name_the_functional_one(call, label, spelling):
         call(x)
     assert "ragged.where(mask, new, x)" in str(info.value)
     assert "x.with_values(new_values)" in str(info.value)
-    with pytest.raises(TypeError, match="RaggedArray.__setitem__: RaggedArrays are immutable"):
+    with pytest.raises(TypeError, match=r"RaggedArray.__setitem__: RaggedArrays are immutable"):
         x[0] = 1.0
 
 
