@@ -491,3 +491,77 @@ def test_meta_arrays_build_with_host_lengths_or_validate_false():
     assert x.device.type == "meta" and x.partition.max_length() == 3
     x = ragged.from_lengths(values, torch.tensor([2, 3], device="meta"), validate=False)
     assert x.device.type == "meta" and x.num_segments == 2
+
+
+# --- packed HF batches: cu_seq_lens_* and max_length_* ------------------------------------------
+
+HF = "ragged.from_hf_packed: `batch` "
+
+
+@pytest.mark.parametrize(
+    ("cu", "longest", "error", "message"),
+    [
+        (
+            [0, 3, 2, 5],
+            None,
+            ValueError,
+            "must hold non-decreasing `cu_seq_lens_q`, got "
+            "cu_seq_lens_q[2] = 2 < cu_seq_lens_q[1] = 3.",
+        ),
+        (
+            [0, -1, 5],
+            None,
+            ValueError,
+            "must hold non-decreasing `cu_seq_lens_q`, got "
+            "cu_seq_lens_q[1] = -1 < cu_seq_lens_q[0] = 0.",
+        ),
+        (
+            [1, 3, 5],
+            None,
+            ValueError,
+            "must hold `cu_seq_lens_q` starting at 0, got cu_seq_lens_q[0] = 1.",
+        ),
+        (
+            [0, 3, 4],
+            None,
+            ValueError,
+            "must hold `cu_seq_lens_q` ending at the number of tokens "
+            "5, got cu_seq_lens_q[-1] = 4.",
+        ),
+        (
+            [0, 2, 5],
+            2,
+            ValueError,
+            "must hold `max_length_q` at least the longest sequence (3), got max_length_q = 2.",
+        ),
+        ([0, 2, 5], "a", TypeError, "must hold an int `max_length_q`, got str."),
+        (
+            [0.0, 5.0],
+            None,
+            TypeError,
+            "must hold int `cu_seq_lens_q` [B + 1], got Tensor(shape=(2,), dtype=torch.float32).",
+        ),
+    ],
+)
+def test_from_hf_packed_checks_boundaries(cu, longest, error, message):
+    batch = {"input_ids": torch.arange(5)[None], "cu_seq_lens_q": torch.tensor(cu)}
+    if longest is not None:
+        batch["max_length_q"] = longest
+    with raises(error, HF + message):
+        ragged.from_hf_packed(batch)
+    k = dict(batch, cu_seq_lens_q=torch.tensor([0, 2, 5]), max_length_q=3)
+    k["cu_seq_lens_k"] = batch["cu_seq_lens_q"]
+    if longest is not None:
+        k["max_length_k"] = longest
+    with raises(error, HF + message.replace("_q", "_k")):
+        ragged.from_hf_packed(k)
+
+
+def test_from_hf_packed_valid_and_unchecked():
+    batch = {"input_ids": torch.arange(5)[None], "cu_seq_lens_q": torch.tensor([0, 2, 2, 5])}
+    batch["max_length_q"] = 3
+    x = ragged.from_hf_packed(batch)
+    assert x.to_list() == [[0, 1], [], [2, 3, 4]]
+    assert x.to_padded().tolist() == [[0, 1, 0], [0, 0, 0], [2, 3, 4]]
+    batch["max_length_q"] = 2
+    assert ragged.from_hf_packed(batch, validate=False).lengths.tolist() == [2, 0, 3]

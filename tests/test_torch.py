@@ -480,12 +480,25 @@ def test_refused_functions_say_what_to_use(fn, hint) -> None:
     name = _torch.display_name(fn)
     message = "^" + re.escape(f"{name} is not supported on RaggedArrays: {hint}.") + "$"
     call = _attend if fn is F.multi_head_attention_forward else _call_somehow
+    call = _recurrent if fn in RECURRENT else call
     with pytest.raises(TypeError, match=message):
         call(fn, x)
 
 
 def _attend(fn: Any, x: Any) -> Any:
     return nn.MultiheadAttention(3, 1)(x, x, x)
+
+
+RECURRENT = {
+    torch.lstm: lambda d: nn.LSTM(d, 2, batch_first=True),
+    torch.gru: lambda d: nn.GRU(d, 2, batch_first=True),
+    torch.rnn_tanh: lambda d: nn.RNN(d, 2, batch_first=True),
+    torch.rnn_relu: lambda d: nn.RNN(d, 2, nonlinearity="relu", batch_first=True),
+}
+
+
+def _recurrent(fn: Any, x: Any) -> Any:
+    return RECURRENT[fn](x.values.shape[-1]).to(x.dtype)(x)
 
 
 def _call_somehow(fn: Any, x: Any) -> Any:
