@@ -260,6 +260,9 @@ def array(
     func = array
     if is_awkward(data):  # an awkward array of lists: its buffers, shared where they can be
         return from_awkward(data, axes=axes, dtype=dtype, device=device, ragged_ndim=ragged_ndim)
+    if isinstance(data, Tensor) and data.is_nested:
+        expected = "must be a list of segments (for a torch.nested tensor use ragged.from_nested)"
+        raise type_error(func, "data", expected, typename(data))
     if isinstance(data, Tensor) or not isinstance(data, Sequence) or isinstance(data, str):
         raise type_error(
             func,

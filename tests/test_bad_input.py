@@ -565,3 +565,94 @@ def test_from_hf_packed_valid_and_unchecked():
     assert x.to_padded().tolist() == [[0, 1, 0], [0, 0, 0], [2, 3, 4]]
     batch["max_length_q"] = 2
     assert ragged.from_hf_packed(batch, validate=False).lengths.tolist() == [2, 0, 3]
+
+
+# --- raw torch errors become ragged errors ----------------------------------------------------
+
+
+def _awkward_datetimes():
+    import datetime
+
+    ak = pytest.importorskip("awkward")
+    return ragged.from_awkward(ak.Array([[datetime.datetime(2020, 1, 1)], []]))
+
+
+def _awkward_too_deep():
+    ak = pytest.importorskip("awkward")
+    return ragged.from_awkward(ak.Array([[1, 2], [3]]), ragged_ndim=3)
+
+
+def _nested():
+    nt = torch.nested.nested_tensor_from_jagged(torch.arange(5.0), torch.tensor([0, 2, 5]))
+    return ragged.array(nt)
+
+
+TOKENS = ragged.from_lengths(torch.tensor([1, 2, 30]), [1, 2])
+ROWS3 = ragged.from_lengths(torch.zeros(5, 3), [2, 3])
+RAW = {
+    "embedding float": (
+        lambda: torch.nn.Embedding(10, 3)(TOKENS.float()),
+        TypeError,
+        "torch.nn.functional.embedding: `input` must hold integer indices (int64 or int32); "
+        "cast with x.long(), got dtype torch.float32.",
+    ),
+    "embedding out of range": (
+        lambda: torch.nn.Embedding(10, 3)(TOKENS),
+        ValueError,
+        "torch.nn.functional.embedding: `input` must hold indices in [0, 10) (the rows of "
+        "`weight`), got an index outside (index out of range in self).",
+    ),
+    "linear dtype": (
+        lambda: torch.nn.Linear(3, 2)(ROWS3.double()),
+        TypeError,
+        "torch.nn.functional.linear: `weight` must have the dtype of `input` (torch.float64); "
+        "cast one of them: x.to(torch.float32) or module.to(torch.float64), got torch.float32.",
+    ),
+    "layer norm width": (
+        lambda: ragged.nn.RaggedLayerNorm(5)(ROWS3),
+        ValueError,
+        "RaggedLayerNorm: `input` must end in the normalized_shape (5,) (its inner axes), got "
+        "inner shape (3,).",
+    ),
+    "awkward datetimes": (
+        _awkward_datetimes,
+        TypeError,
+        "ragged.from_awkward: `array` must hold numbers or booleans (torch has no such dtype; "
+        "convert first, e.g. ak.values_astype(array, numpy.int64) for datetimes), got numpy "
+        "dtype datetime64[us].",
+    ),
+    "awkward ragged_ndim": (
+        _awkward_too_deep,
+        ValueError,
+        "ragged.from_awkward: `ragged_ndim` must be at most the number of list dimensions of "
+        "`array` (1), got 3.",
+    ),
+    "vmap of a number": (
+        lambda: ragged.vmap(lambda s: 3)(ROWS3),
+        TypeError,
+        "ragged.vmap: `f` must return tensors or RaggedArrays (in any pytree); wrap a number "
+        "with torch.tensor(...), got int.",
+    ),
+    "array of a nested tensor": (
+        _nested,
+        TypeError,
+        "ragged.array: `data` must be a list of segments (for a torch.nested tensor use "
+        "ragged.from_nested), got nested Tensor(layout=torch.jagged, dtype=torch.float32).",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RAW))
+def test_raw_errors_are_ragged_errors(case):
+    call, error, message = RAW[case]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ragged.RaggedVmapFallbackWarning)  # no loop retried
+        with raises(error, message):
+            call()
+
+
+def test_checked_modules_still_compute():
+    assert torch.nn.Embedding(31, 2)(TOKENS).values.shape == (3, 2)
+    norm = ragged.nn.RaggedLayerNorm(3).double()
+    torch.testing.assert_close(norm(ROWS3.double()).values, norm(ROWS3.values.double()))
+    assert ragged.vmap(lambda s: s.sum())(ROWS3).tolist() == [0.0, 0.0]
