@@ -656,3 +656,97 @@ def test_checked_modules_still_compute():
     norm = ragged.nn.RaggedLayerNorm(3).double()
     torch.testing.assert_close(norm(ROWS3.double()).values, norm(ROWS3.values.double()))
     assert ragged.vmap(lambda s: s.sum())(ROWS3).tolist() == [0.0, 0.0]
+
+
+# --- sampler states ---------------------------------------------------------------------------
+
+
+def _sampler(lengths=tuple(range(1, 21)), replicas=1, kind="budget"):
+    from ragged.data import BucketBatchSampler, TokenBudgetBatchSampler
+
+    if kind == "bucket":
+        return BucketBatchSampler(list(lengths), 3, bucket_width=5, seed=0)
+    return TokenBudgetBatchSampler(list(lengths), 30, seed=0, num_replicas=replicas, rank=0)
+
+
+def _state(**changes):
+    sampler = _sampler()
+    next(iter(sampler))
+    state = sampler.state_dict()
+    state.update(changes)
+    return state
+
+
+LOAD = "ragged.data.TokenBudgetBatchSampler.load_state_dict: "
+KEYS = "['sampler', 'lengths', 'num_replicas', 'epoch', 'batches', 'generator_state']"
+STATES = {
+    "None": (None, TypeError, "`state` must be a dict from state_dict(), got NoneType."),
+    "foreign keys": (
+        {"foo": 1},
+        ValueError,
+        f"`state` must have the keys {KEYS} (a state_dict() of this sampler), got keys ['foo'].",
+    ),
+    "another sampler": (
+        _sampler(kind="bucket").state_dict(),
+        ValueError,
+        "`state['sampler']` must be saved by a sampler of the same sampler "
+        "('TokenBudgetBatchSampler'), got 'BucketBatchSampler'.",
+    ),
+    "other lengths": (
+        _sampler(lengths=range(2, 22)).state_dict(),
+        ValueError,
+        "`state['lengths']` must be saved by a sampler of the same lengths ",
+    ),
+    "other replicas": (
+        _sampler(replicas=2).state_dict(),
+        ValueError,
+        "`state['num_replicas']` must be saved by a sampler of the same num_replicas (1), got 2.",
+    ),
+    "epoch a": (
+        _state(epoch="a"),
+        TypeError,
+        "`state['epoch']` must be a non-negative int, got 'a'.",
+    ),
+    "batches -1": (
+        _state(batches=-1),
+        TypeError,
+        "`state['batches']` must be a non-negative int, got -1.",
+    ),
+    "batches 999": (
+        _state(batches=999),
+        ValueError,
+        "`state['batches']` must be at most the batches of its epoch (",
+    ),
+    "generator": (
+        _state(generator_state=[1, 2]),
+        TypeError,
+        "`state['generator_state']` must be None or a generator state (a 1-D uint8 tensor), "
+        "got list.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STATES))
+def test_sampler_states_are_checked(case):
+    state, error, message = STATES[case]
+    sampler = _sampler()
+    expected = list(sampler)
+    with pytest.raises(error, match="^" + re.escape(LOAD + message)):
+        sampler.load_state_dict(state)
+    assert list(sampler) == _sampler_epoch(1)  # a refused state leaves the sampler as it was
+    assert expected == _sampler_epoch(0)
+
+
+def _sampler_epoch(epoch):
+    sampler = _sampler()
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def test_a_valid_state_still_resumes():
+    sampler = _sampler()
+    iterator = iter(sampler)
+    taken = [next(iterator), next(iterator)]
+    resumed = _sampler()
+    resumed.load_state_dict(sampler.state_dict())
+    assert taken + list(resumed) == _sampler_epoch(0)
