@@ -750,3 +750,62 @@ def test_a_valid_state_still_resumes():
     resumed = _sampler()
     resumed.load_state_dict(sampler.state_dict())
     assert taken + list(resumed) == _sampler_epoch(0)
+
+
+# --- attention arguments ----------------------------------------------------------------------
+
+Q = ragged.from_lengths(torch.randn(5, 2, 4, generator=torch.Generator().manual_seed(0)), [2, 3])
+ATTENTION = {
+    "negative prefix": (
+        {"causal": True, "prefix": torch.tensor([1, -1])},
+        ValueError,
+        "`prefix` must be a non-negative int or an integer tensor [B], got prefix[1] = -1.",
+    ),
+    "window beyond int64": (
+        {"window": (2**70, 0)},
+        ValueError,
+        "`window` must be a pair of ints below 2**63 (None for no bound on a side), got "
+        f"({2**70}, 0).",
+    ),
+    "0-d score_mod": (
+        {"score_mod": lambda s, b, h, i, j: s.sum()},
+        ValueError,
+        "`score_mod` must return a floating tensor of the score's shape ",
+    ),
+    "score_mod arity": (
+        {"score_mod": lambda s, b: s},
+        TypeError,
+        "`score_mod` must take 5 arguments (score, b, h, q_idx, kv_idx), got signature (s, b).",
+    ),
+    "mask_mod arity": (
+        {"mask_mod": lambda s, b, h, i, j: s},
+        TypeError,
+        "`mask_mod` must take 4 arguments (b, h, q_idx, kv_idx), got signature (s, b, h, i, j).",
+    ),
+    "float mask_mod": (
+        {"mask_mod": lambda b, h, i, j: (i >= j).float()},
+        ValueError,
+        "`mask_mod` must return a boolean tensor that broadcasts to its arguments' shape ",
+    ),
+    "0-d mask_mod": (
+        {"mask_mod": lambda b, h, i, j: torch.tensor(True)},
+        ValueError,
+        "`mask_mod` must return a boolean tensor that broadcasts to its arguments' shape ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION))
+def test_attention_arguments_are_checked(case):
+    kwargs, error, message = ATTENTION[case]
+    with pytest.raises(error, match="^" + re.escape("ragged.attention: " + message)):
+        ragged.attention(Q, Q, Q, **kwargs)
+
+
+def test_checked_mods_still_compute():
+    masked = ragged.attention(Q, Q, Q, mask_mod=lambda b, h, i, j: i >= j)
+    torch.testing.assert_close(masked.values, ragged.attention(Q, Q, Q, causal=True).values)
+    prefix = ragged.attention(Q, Q, Q, causal=True, prefix=torch.tensor([0, 9]))
+    causal, full = ragged.attention(Q, Q, Q, causal=True), ragged.attention(Q, Q, Q)
+    torch.testing.assert_close(prefix[0], causal[0])  # no prefix: causal
+    torch.testing.assert_close(prefix[1], full[1])  # a prefix past the end: bidirectional
