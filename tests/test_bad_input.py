@@ -633,6 +633,15 @@ RAW = {
         "ragged.vmap: `f` must return tensors or RaggedArrays (in any pytree); wrap a number "
         "with torch.tensor(...), got int.",
     ),
+    "collate with an unknown ragged key": (
+        lambda: ragged.data.collate(
+            [{"a": torch.zeros(2)}, {"a": torch.zeros(3)}], ragged_keys=["zz"]
+        ),
+        ValueError,
+        "ragged.data.collate: `samples` must have one shape at ['a'] to stack it (name it in "
+        "`ragged_keys`, which holds ['zz'], to batch it as a RaggedArray), got shapes "
+        "[(2,), (3,)].",
+    ),
     "array of a nested tensor": (
         _nested,
         TypeError,
