@@ -429,7 +429,9 @@ def context_parallel_attention(
     Raises:
         TypeError: an argument is not a RaggedArray or a plan, or dtypes differ.
         ValueError: shapes disagree, or the plan is for another world size, mask or number
-            of rows.
+            of rows; or the ranks disagree on the heads, head sizes, dtype, ``causal``,
+            ``scale`` or plan (checked with one small all-gather before any exchange; every
+            rank raises the same error).
 
     The planner runs on the host, without a process group:
 
