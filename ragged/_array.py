@@ -193,6 +193,20 @@ class RaggedArray(Pickled, TensorMethods):
         return self.values.requires_grad
 
     @property
+    def grad(self) -> RaggedArray | None:
+        """The gradient accumulated in ``values.grad`` by ``backward()``, as an array of this
+        partition, or ``None`` (no gradient yet).
+
+        >>> import ragged, torch
+        >>> x = ragged.array([[1.0, 2.0], [3.0]]).requires_grad_()
+        >>> ragged.sum(x * x, axis=1).sum().backward()
+        >>> x.grad.to_list()
+        [[2.0, 4.0], [6.0]]
+        """
+        grad = self.values.grad
+        return None if grad is None else RaggedArray._trusted(grad, self.partition, self.axes)
+
+    @property
     def segment_ids(self) -> Tensor:
         """The segment of each row of ``values``, int64 ``[total]`` (no copy, no sync).
 

@@ -273,6 +273,9 @@ def array(
     for test, convert in _ARRAY_SOURCES:  # awkward arrays: their buffers, shared where they can be
         if test(data):
             return convert(data, axes=axes, dtype=dtype, device=device, ragged_ndim=ragged_ndim)
+    if isinstance(data, Tensor) and data.is_nested:
+        expected = "must be a list of segments (for a torch.nested tensor use ragged.from_nested)"
+        raise type_error(func, "data", expected, typename(data))
     if isinstance(data, Tensor) or not isinstance(data, Sequence) or isinstance(data, str):
         raise type_error(
             func,

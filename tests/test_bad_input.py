@@ -491,3 +491,330 @@ def test_meta_arrays_build_with_host_lengths_or_validate_false():
     assert x.device.type == "meta" and x.partition.max_length() == 3
     x = ragged.from_lengths(values, torch.tensor([2, 3], device="meta"), validate=False)
     assert x.device.type == "meta" and x.num_segments == 2
+
+
+# --- packed HF batches: cu_seq_lens_* and max_length_* ------------------------------------------
+
+HF = "ragged.from_hf_packed: `batch` "
+
+
+@pytest.mark.parametrize(
+    ("cu", "longest", "error", "message"),
+    [
+        (
+            [0, 3, 2, 5],
+            None,
+            ValueError,
+            "must hold non-decreasing `cu_seq_lens_q`, got "
+            "cu_seq_lens_q[2] = 2 < cu_seq_lens_q[1] = 3.",
+        ),
+        (
+            [0, -1, 5],
+            None,
+            ValueError,
+            "must hold non-decreasing `cu_seq_lens_q`, got "
+            "cu_seq_lens_q[1] = -1 < cu_seq_lens_q[0] = 0.",
+        ),
+        (
+            [1, 3, 5],
+            None,
+            ValueError,
+            "must hold `cu_seq_lens_q` starting at 0, got cu_seq_lens_q[0] = 1.",
+        ),
+        (
+            [0, 3, 4],
+            None,
+            ValueError,
+            "must hold `cu_seq_lens_q` ending at the number of tokens "
+            "5, got cu_seq_lens_q[-1] = 4.",
+        ),
+        (
+            [0, 2, 5],
+            2,
+            ValueError,
+            "must hold `max_length_q` at least the longest sequence (3), got max_length_q = 2.",
+        ),
+        ([0, 2, 5], "a", TypeError, "must hold an int `max_length_q`, got str."),
+        (
+            [0.0, 5.0],
+            None,
+            TypeError,
+            "must hold int `cu_seq_lens_q` [B + 1], got Tensor(shape=(2,), dtype=torch.float32).",
+        ),
+    ],
+)
+def test_from_hf_packed_checks_boundaries(cu, longest, error, message):
+    batch = {"input_ids": torch.arange(5)[None], "cu_seq_lens_q": torch.tensor(cu)}
+    if longest is not None:
+        batch["max_length_q"] = longest
+    with raises(error, HF + message):
+        ragged.from_hf_packed(batch)
+    k = dict(batch, cu_seq_lens_q=torch.tensor([0, 2, 5]), max_length_q=3)
+    k["cu_seq_lens_k"] = batch["cu_seq_lens_q"]
+    if longest is not None:
+        k["max_length_k"] = longest
+    with raises(error, HF + message.replace("_q", "_k")):
+        ragged.from_hf_packed(k)
+
+
+def test_from_hf_packed_valid_and_unchecked():
+    batch = {"input_ids": torch.arange(5)[None], "cu_seq_lens_q": torch.tensor([0, 2, 2, 5])}
+    batch["max_length_q"] = 3
+    x = ragged.from_hf_packed(batch)
+    assert x.to_list() == [[0, 1], [], [2, 3, 4]]
+    assert x.to_padded().tolist() == [[0, 1, 0], [0, 0, 0], [2, 3, 4]]
+    batch["max_length_q"] = 2
+    assert ragged.from_hf_packed(batch, validate=False).lengths.tolist() == [2, 0, 3]
+
+
+# --- raw torch errors become ragged errors ----------------------------------------------------
+
+
+def _awkward_datetimes():
+    import datetime
+
+    ak = pytest.importorskip("awkward")
+    return ragged.from_awkward(ak.Array([[datetime.datetime(2020, 1, 1)], []]))
+
+
+def _awkward_too_deep():
+    ak = pytest.importorskip("awkward")
+    return ragged.from_awkward(ak.Array([[1, 2], [3]]), ragged_ndim=3)
+
+
+def _nested():
+    nt = torch.nested.nested_tensor_from_jagged(torch.arange(5.0), torch.tensor([0, 2, 5]))
+    return ragged.array(nt)
+
+
+TOKENS = ragged.from_lengths(torch.tensor([1, 2, 30]), [1, 2])
+ROWS3 = ragged.from_lengths(torch.zeros(5, 3), [2, 3])
+RAW = {
+    "embedding float": (
+        lambda: torch.nn.Embedding(10, 3)(TOKENS.float()),
+        TypeError,
+        "torch.nn.functional.embedding: `input` must hold integer indices (int64 or int32); "
+        "cast with x.long(), got dtype torch.float32.",
+    ),
+    "embedding out of range": (
+        lambda: torch.nn.Embedding(10, 3)(TOKENS),
+        ValueError,
+        "torch.nn.functional.embedding: `input` must hold indices in [0, 10) (the rows of "
+        "`weight`), got an index outside (index out of range in self).",
+    ),
+    "linear dtype": (
+        lambda: torch.nn.Linear(3, 2)(ROWS3.double()),
+        TypeError,
+        "torch.nn.functional.linear: `weight` must have the dtype of `input` (torch.float64); "
+        "cast one of them: x.to(torch.float32) or module.to(torch.float64), got torch.float32.",
+    ),
+    "layer norm width": (
+        lambda: ragged.nn.RaggedLayerNorm(5)(ROWS3),
+        ValueError,
+        "RaggedLayerNorm: `input` must end in the normalized_shape (5,) (its inner axes), got "
+        "inner shape (3,).",
+    ),
+    "awkward datetimes": (
+        _awkward_datetimes,
+        TypeError,
+        "ragged.from_awkward: `array` must hold numbers or booleans (torch has no such dtype; "
+        "convert first, e.g. ak.values_astype(array, numpy.int64) for datetimes), got numpy "
+        "dtype datetime64[us].",
+    ),
+    "awkward ragged_ndim": (
+        _awkward_too_deep,
+        ValueError,
+        "ragged.from_awkward: `ragged_ndim` must be at most the number of list dimensions of "
+        "`array` (1), got 3.",
+    ),
+    "vmap of a number": (
+        lambda: ragged.vmap(lambda s: 3)(ROWS3),
+        TypeError,
+        "ragged.vmap: `f` must return tensors or RaggedArrays (in any pytree); wrap a number "
+        "with torch.tensor(...), got int.",
+    ),
+    "collate with an unknown ragged key": (
+        lambda: ragged.data.collate(
+            [{"a": torch.zeros(2)}, {"a": torch.zeros(3)}], ragged_keys=["zz"]
+        ),
+        ValueError,
+        "ragged.data.collate: `samples` must have one shape at ['a'] to stack it (name it in "
+        "`ragged_keys`, which holds ['zz'], to batch it as a RaggedArray), got shapes "
+        "[(2,), (3,)].",
+    ),
+    "array of a nested tensor": (
+        _nested,
+        TypeError,
+        "ragged.array: `data` must be a list of segments (for a torch.nested tensor use "
+        "ragged.from_nested), got nested Tensor(layout=torch.jagged, dtype=torch.float32).",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RAW))
+def test_raw_errors_are_ragged_errors(case):
+    call, error, message = RAW[case]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ragged.RaggedVmapFallbackWarning)  # no loop retried
+        with raises(error, message):
+            call()
+
+
+def test_checked_modules_still_compute():
+    assert torch.nn.Embedding(31, 2)(TOKENS).values.shape == (3, 2)
+    norm = ragged.nn.RaggedLayerNorm(3).double()
+    torch.testing.assert_close(norm(ROWS3.double()).values, norm(ROWS3.values.double()))
+    assert ragged.vmap(lambda s: s.sum())(ROWS3).tolist() == [0.0, 0.0]
+
+
+# --- sampler states ---------------------------------------------------------------------------
+
+
+def _sampler(lengths=tuple(range(1, 21)), replicas=1, kind="budget"):
+    from ragged.data import BucketBatchSampler, TokenBudgetBatchSampler
+
+    if kind == "bucket":
+        return BucketBatchSampler(list(lengths), 3, bucket_width=5, seed=0)
+    return TokenBudgetBatchSampler(list(lengths), 30, seed=0, num_replicas=replicas, rank=0)
+
+
+def _state(**changes):
+    sampler = _sampler()
+    next(iter(sampler))
+    state = sampler.state_dict()
+    state.update(changes)
+    return state
+
+
+LOAD = "ragged.data.TokenBudgetBatchSampler.load_state_dict: "
+KEYS = "['sampler', 'lengths', 'num_replicas', 'epoch', 'batches', 'generator_state']"
+STATES = {
+    "None": (None, TypeError, "`state` must be a dict from state_dict(), got NoneType."),
+    "foreign keys": (
+        {"foo": 1},
+        ValueError,
+        f"`state` must have the keys {KEYS} (a state_dict() of this sampler), got keys ['foo'].",
+    ),
+    "another sampler": (
+        _sampler(kind="bucket").state_dict(),
+        ValueError,
+        "`state['sampler']` must be saved by a sampler of the same sampler "
+        "('TokenBudgetBatchSampler'), got 'BucketBatchSampler'.",
+    ),
+    "other lengths": (
+        _sampler(lengths=range(2, 22)).state_dict(),
+        ValueError,
+        "`state['lengths']` must be saved by a sampler of the same lengths ",
+    ),
+    "other replicas": (
+        _sampler(replicas=2).state_dict(),
+        ValueError,
+        "`state['num_replicas']` must be saved by a sampler of the same num_replicas (1), got 2.",
+    ),
+    "epoch a": (
+        _state(epoch="a"),
+        TypeError,
+        "`state['epoch']` must be a non-negative int, got 'a'.",
+    ),
+    "batches -1": (
+        _state(batches=-1),
+        TypeError,
+        "`state['batches']` must be a non-negative int, got -1.",
+    ),
+    "batches 999": (
+        _state(batches=999),
+        ValueError,
+        "`state['batches']` must be at most the batches of its epoch (",
+    ),
+    "generator": (
+        _state(generator_state=[1, 2]),
+        TypeError,
+        "`state['generator_state']` must be None or a generator state (a 1-D uint8 tensor), "
+        "got list.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STATES))
+def test_sampler_states_are_checked(case):
+    state, error, message = STATES[case]
+    sampler = _sampler()
+    expected = list(sampler)
+    with pytest.raises(error, match="^" + re.escape(LOAD + message)):
+        sampler.load_state_dict(state)
+    assert list(sampler) == _sampler_epoch(1)  # a refused state leaves the sampler as it was
+    assert expected == _sampler_epoch(0)
+
+
+def _sampler_epoch(epoch):
+    sampler = _sampler()
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def test_a_valid_state_still_resumes():
+    sampler = _sampler()
+    iterator = iter(sampler)
+    taken = [next(iterator), next(iterator)]
+    resumed = _sampler()
+    resumed.load_state_dict(sampler.state_dict())
+    assert taken + list(resumed) == _sampler_epoch(0)
+
+
+# --- attention arguments ----------------------------------------------------------------------
+
+Q = ragged.from_lengths(torch.randn(5, 2, 4, generator=torch.Generator().manual_seed(0)), [2, 3])
+ATTENTION = {
+    "negative prefix": (
+        {"causal": True, "prefix": torch.tensor([1, -1])},
+        ValueError,
+        "`prefix` must be a non-negative int or an integer tensor [B], got prefix[1] = -1.",
+    ),
+    "window beyond int64": (
+        {"window": (2**70, 0)},
+        ValueError,
+        "`window` must be a pair of ints below 2**63 (None for no bound on a side), got "
+        f"({2**70}, 0).",
+    ),
+    "0-d score_mod": (
+        {"score_mod": lambda s, b, h, i, j: s.sum()},
+        ValueError,
+        "`score_mod` must return a floating tensor of the score's shape ",
+    ),
+    "score_mod arity": (
+        {"score_mod": lambda s, b: s},
+        TypeError,
+        "`score_mod` must take 5 arguments (score, b, h, q_idx, kv_idx), got signature (s, b).",
+    ),
+    "mask_mod arity": (
+        {"mask_mod": lambda s, b, h, i, j: s},
+        TypeError,
+        "`mask_mod` must take 4 arguments (b, h, q_idx, kv_idx), got signature (s, b, h, i, j).",
+    ),
+    "float mask_mod": (
+        {"mask_mod": lambda b, h, i, j: (i >= j).float()},
+        ValueError,
+        "`mask_mod` must return a boolean tensor that broadcasts to its arguments' shape ",
+    ),
+    "0-d mask_mod": (
+        {"mask_mod": lambda b, h, i, j: torch.tensor(True)},
+        ValueError,
+        "`mask_mod` must return a boolean tensor that broadcasts to its arguments' shape ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION))
+def test_attention_arguments_are_checked(case):
+    kwargs, error, message = ATTENTION[case]
+    with pytest.raises(error, match="^" + re.escape("ragged.attention: " + message)):
+        ragged.attention(Q, Q, Q, **kwargs)
+
+
+def test_checked_mods_still_compute():
+    masked = ragged.attention(Q, Q, Q, mask_mod=lambda b, h, i, j: i >= j)
+    torch.testing.assert_close(masked.values, ragged.attention(Q, Q, Q, causal=True).values)
+    prefix = ragged.attention(Q, Q, Q, causal=True, prefix=torch.tensor([0, 9]))
+    causal, full = ragged.attention(Q, Q, Q, causal=True), ragged.attention(Q, Q, Q)
+    torch.testing.assert_close(prefix[0], causal[0])  # no prefix: causal
+    torch.testing.assert_close(prefix[1], full[1])  # a prefix past the end: bidirectional

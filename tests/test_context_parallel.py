@@ -7,6 +7,7 @@ after summing the ranks' partial gradients with ``all_reduce``, the full gradien
 """
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -287,3 +288,49 @@ CHECKS = [
 @pytest.mark.parametrize("world", [2, 4])
 def test_context_parallel_attention_matches_one_process(world):
     run_checks(CHECKS, world)
+
+
+# --- the ranks agree before any exchange ------------------------------------------------------
+
+
+def _local(rank, heads=2, size=4, dtype=torch.float64, lengths=((3, 2), (4,))):
+    gen = torch.Generator().manual_seed(rank)
+    mine = list(lengths[rank])
+    return ragged.from_lengths(
+        torch.randn(sum(mine), heads, size, generator=gen, dtype=dtype), mine
+    )
+
+
+def _refused(rank, x, message, **kwargs):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        context_parallel_attention(x, x, x, causal=True, **kwargs)
+
+
+def _disagreements(rank, world):
+    prefix = "ragged.distributed.context_parallel_attention: "
+    _refused(
+        rank,
+        _local(rank, heads=1 + rank),
+        prefix + "`q` must agree across the group's ranks on the heads, got by rank 0: 1, 1: 2.",
+    )
+    _refused(
+        rank,
+        _local(rank, dtype=(torch.float32, torch.float64)[rank]),
+        "on the dtype, got by rank 0: torch.float32, 1: torch.float64.",
+    )
+    plans = [plan_context_parallel(n, 2, causal=True) for n in ([3, 2, 4], [3, 2, 5])]
+    x = plans[0].shard(_local(0, lengths=((3, 2, 4),)), rank)
+    _refused(rank, x, "`plan` must agree across the group's ranks on the plan", plan=plans[rank])
+    # Valid after refusals (no rank left waiting), and with a rank that holds no sequence.
+    empty = _local(rank, lengths=((3, 2, 4), ()))
+    out = context_parallel_attention(empty, empty, empty, causal=True)
+    whole = _local(0, lengths=((3, 2, 4),))
+    expected = ragged.attention(whole, whole, whole, causal=True)
+    if rank == 0:
+        torch.testing.assert_close(out.values, expected.values)
+    else:
+        assert out.values.shape == (0, 2, 4)
+
+
+def test_ranks_agree_before_any_exchange():
+    run_checks([_disagreements], 2)

@@ -132,7 +132,8 @@ def test_collate_partitions_differ_for_different_lengths():
             {"ragged_keys": ["a"]},
             ValueError,
             "ragged.data.collate: `samples` must have one shape at ['b'] to stack it (name it in "
-            "ragged_keys to batch it as a RaggedArray), got shapes [(2,), (3,)].",
+            "`ragged_keys`, which holds ['a'], to batch it as a RaggedArray), got shapes "
+            "[(2,), (3,)].",
         ),
         (
             [{"a": torch.ones(2)}],

@@ -192,3 +192,88 @@ def test_compiled_code_does_not_read_version_counters():
     x = ragged.from_lengths(torch.arange(5.0), [2, 3])
     compiled = torch.compile(lambda a: ragged.sum(a * 2, axis=1), backend="eager", fullgraph=True)
     assert compiled(x).tolist() == [2.0, 18.0]
+
+
+# --- in-place spellings say the array is immutable and name the functional one ----------------
+
+IMMUTABLE = "RaggedArrays are immutable (no in-place edits); use the functional spelling "
+
+
+def test_every_in_place_tensor_method_is_refused_by_name():
+    from ragged.ops._torch._immutable import IN_PLACE
+
+    expected = {n for n in dir(torch.Tensor) if n.endswith("_") and not n.startswith("_")}
+    assert set(IN_PLACE) == expected - {"requires_grad_"}
+    x, _ = fresh()
+    for name in IN_PLACE:
+        with pytest.raises(TypeError, match=re.escape(f"RaggedArray.{name}: {IMMUTABLE}")):
+            getattr(x, name)(1)
+    assert x.to_list() == fresh()[0].to_list()  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("call", "label", "spelling"),
+    [
+        (lambda x: x.add_(1), "RaggedArray.add_", "x.add(...)"),
+        (lambda x: x.mul_(2), "RaggedArray.mul_", "x.mul(...)"),
+        (lambda x: x.clamp_(0, 1), "RaggedArray.clamp_", "x.clamp(...)"),
+        (lambda x: x.zero_(), "RaggedArray.zero_", "x.with_values(torch.zeros_like(x.values))"),
+        (lambda x: x.fill_(1), "RaggedArray.fill_", "x.with_values(torch.full_like(x.values, "),
+        (lambda x: x.copy_(x), "RaggedArray.copy_", "x.with_values(src.values)"),
+        (lambda x: x.masked_fill_(x > 1, 0), "RaggedArray.masked_fill_", "x.masked_fill(mask, "),
+        (lambda x: x.uniform_(), "RaggedArray.uniform_", "x.with_values(new_values)"),
+        (lambda x: x.normal_(), "RaggedArray.normal_", "x.with_values(new_values)"),
+        (lambda x: x.__setitem__(0, 1.0), "RaggedArray.__setitem__", "ragged.where(mask, value"),
+        (lambda x: torch.nn.init.zeros_(x), "RaggedArray.zero_", "x.with_values("),
+        (lambda x: torch.nn.init.ones_(x), "RaggedArray.fill_", "x.with_values("),
+    ],
+)
+def test_in_place_spellings_name_the_functional_one(call, label, spelling):
+    x, _ = fresh()
+    with pytest.raises(TypeError, match=re.escape(f"{label}: {IMMUTABLE}{spelling}")) as info:
+        call(x)
+    assert "ragged.where(mask, new, x)" in str(info.value)
+    assert "x.with_values(new_values)" in str(info.value)
+    with pytest.raises(TypeError, match=r"RaggedArray.__setitem__: RaggedArrays are immutable"):
+        x[0] = 1.0
+
+
+@pytest.mark.parametrize(
+    "fn", [torch.nn.init.normal_, torch.nn.init.uniform_, torch.nn.init.kaiming_uniform_]
+)
+def test_nn_init_functions_are_refused(fn):
+    x, _ = fresh()
+    with pytest.raises(TypeError, match=r"RaggedArrays are immutable and torch.nn.init") as info:
+        fn(x)
+    assert "x.with_values(torch.nn.init.normal_(torch.empty_like(x.values)))" in str(info.value)
+    with pytest.raises(TypeError, match="RaggedArrays are immutable"):
+        torch.nn.init.constant_(x, 0.5)
+
+
+def test_tolist_and_item_name_what_to_use():
+    x, _ = fresh()
+    with pytest.raises(TypeError, match=r"^RaggedArray.tolist: .* use x.to_list\(\)"):
+        x.tolist()
+    with pytest.raises(TypeError, match=r"^RaggedArray.item: .* ragged.sum\(x, axis=None\)"):
+        x.item()
+
+
+def test_grad_is_an_array_of_the_partition():
+    x = ragged.from_lengths(torch.arange(5.0, dtype=torch.float64), [2, 0, 3], axes=("b", "l"))
+    assert x.grad is None
+    assert x.requires_grad_() is x
+    ragged.sum(x * x, axis=1).sum().backward()
+    assert x.grad.partition is x.partition and x.grad.axes == x.axes
+    assert x.grad.to_list() == [[2 * v for v in s] for s in x.detach().to_list()]
+
+
+def test_autograd_grad_takes_arrays():
+    x = ragged.from_lengths(torch.arange(5.0, dtype=torch.float64), [2, 0, 3]).requires_grad_()
+    w = torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
+    (gx,) = torch.autograd.grad(ragged.sum(x * x * w, axis=1).sum(), x, retain_graph=True)
+    assert isinstance(gx, ragged.RaggedArray) and gx.partition is x.partition
+    assert gx.to_list() == [[6 * v for v in s] for s in x.detach().to_list()]
+    y = x * w  # an array output with array grad_outputs
+    gx, gw = torch.autograd.grad([y], [x, w], [y.with_values(torch.ones_like(y.values))])
+    assert gx.to_list() == [[3.0, 3.0], [], [3.0, 3.0, 3.0]]
+    assert gw.tolist() == x.values.detach().sum().tolist()

@@ -404,6 +404,8 @@ def test_inner_axis_reshapes() -> None:
         (torch.unsqueeze(x, 2), lambda s: s.unsqueeze(1)),
         (x[..., :1].squeeze(), lambda s: s[..., :1].squeeze(-1)),
         (x.flatten(2), lambda s: s.flatten(1)),
+        (torch.unflatten(x, -1, (2, 2)), lambda s: s.unflatten(-1, (2, 2))),
+        (x.unflatten(2, (1, 3)), lambda s: s.unflatten(1, (1, 3))),
     ]:
         assert out.partition is x.partition
         for b, segment in enumerate(x.unbind()):
@@ -413,6 +415,8 @@ def test_inner_axis_reshapes() -> None:
     ragged.testing.assert_close(pair.transpose(1, 2), ragged.transpose(pair))
     with pytest.raises(TypeError, match=r"^RaggedArray\.transpose: `dim` 1 moves the batch"):
         x.transpose(1, 2)
+    with pytest.raises(TypeError, match=r"^torch\.unflatten: `dim` 1 is the batch or a ragged"):
+        torch.unflatten(x, 1, (1, 2))
     with pytest.raises(TypeError, match=r"^torch\.flatten: `dim` 1 is the batch or a ragged axis"):
         torch.flatten(x, 1)
 
@@ -630,11 +634,13 @@ EXPLICIT_FNS = [
     torch.unsqueeze,
     torch.squeeze,
     torch.flatten,
+    torch.unflatten,
     torch.numel,
     torch.is_floating_point,
     torch.unbind,
     F.embedding,
     F.one_hot,
+    torch.autograd.grad,  # tests/test_immutability.py
     *[getattr(F, n) for n in torchtable.LOSSES],
 ]
 EXPLICIT_METHODS = [
@@ -650,6 +656,7 @@ EXPLICIT_METHODS = [
     "unsqueeze",
     "squeeze",
     "flatten",
+    "unflatten",
     "size",
     "dim",
     "ndimension",
@@ -705,6 +712,8 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
         torch.flatten(x),
         q.flatten(2),
         torch.flatten(x[..., None], 2),
+        torch.unflatten(x, -1, (3, 1)),
+        x.unflatten(2, (1, 3)),
         x.size(1),
         x.size()[0] + x.dim() + x.ndimension() + x.numel() + torch.numel(x),
         x.nelement() + int(x.is_floating_point()) + int(torch.is_floating_point(x)),

@@ -203,11 +203,13 @@ class _Collator:
     def dense(self, path: Path, tensors: list[Tensor]) -> Tensor:
         shapes = {tuple(t.shape) for t in tensors}
         if len(shapes) > 1:
+            names = ", ".join(sorted(map(_path_text, self.keys or ())))
+            held = "" if self.keys is None else f", which holds {names},"
             raise value_error(
                 collate,
                 "samples",
                 f"must have one shape at {_path_text(path)} to stack it (name it in "
-                "ragged_keys to batch it as a RaggedArray)",
+                f"`ragged_keys`{held} to batch it as a RaggedArray)",
                 f"shapes {sorted(shapes)}",
             )
         _check_dtypes(path, tensors)

@@ -18,6 +18,7 @@ its next batch.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -211,7 +212,9 @@ class _EpochSampler(Sampler[list[int]]):
 
     def state_dict(self) -> dict[str, Any]:
         """Where the sampler stands: the epoch, the batches of it already handed out, and the
-        state of the generator that plans it. The same on every rank.
+        state of the generator that plans it; and what it was made for (its class, a
+        fingerprint of its lengths, the number of replicas), which ``load_state_dict`` checks.
+        The same on every rank.
 
         With a ``DataLoader`` that prefetches (worker processes), the sampler runs ahead of
         training: set ``state["batches"]`` to the number of batches actually trained on.
@@ -224,6 +227,9 @@ class _EpochSampler(Sampler[list[int]]):
         elif self.shuffle and self.seed is None and self.generator is not None:
             start = self.generator.get_state()  # the next epoch starts from here
         return {
+            "sampler": type(self).__name__,
+            "lengths": lengths_fingerprint(self.lengths),
+            "num_replicas": self.num_replicas,
             "epoch": self.epoch,
             "batches": self._done,
             "generator_state": None if start is None else start.clone(),
@@ -231,13 +237,62 @@ class _EpochSampler(Sampler[list[int]]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next ``iter()`` continues the saved epoch at its next batch, and later
-        epochs follow as they would have."""
-        self.epoch = int(state["epoch"])
-        self._done = int(state["batches"])
-        start = state.get("generator_state")
+        epochs follow as they would have.
+
+        The state must come from ``state_dict`` of a sampler of this class, over the same
+        lengths and number of replicas; every field is checked (a ``ValueError`` or
+        ``TypeError`` naming it), and a refused state leaves the sampler as it was.
+        """
+        func = f"ragged.data.{type(self).__name__}.load_state_dict"
+        fields = ("sampler", "lengths", "num_replicas", "epoch", "batches", "generator_state")
+        if not isinstance(state, dict):
+            raise type_error(func, "state", "must be a dict from state_dict()", typename(state))
+        if set(state) != set(fields):
+            expected = f"must have the keys {list(fields)} (a state_dict() of this sampler)"
+            raise value_error(func, "state", expected, f"keys {sorted(map(str, state))}")
+        own = {
+            "sampler": type(self).__name__,
+            "lengths": lengths_fingerprint(self.lengths),
+            "num_replicas": self.num_replicas,
+        }
+        for key, value in own.items():
+            if state[key] != value:
+                expected = f"must be saved by a sampler of the same {key} ({value!r})"
+                raise value_error(func, f"state['{key}']", expected, repr(state[key]))
+        for key in ("epoch", "batches"):
+            n = state[key]
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                expected = "must be a non-negative int"
+                raise type_error(func, f"state['{key}']", expected, repr(n))
+        start = state["generator_state"]
+        if start is not None and (
+            not isinstance(start, Tensor) or start.dtype != torch.uint8 or start.dim() != 1
+        ):
+            expected = "must be None or a generator state (a 1-D uint8 tensor)"
+            raise type_error(func, "state['generator_state']", expected, typename(start))
+        before = (self.epoch, self._done, self._start, self._planned, self._resume)
+        self.epoch, self._done = state["epoch"], state["batches"]
         self._start = None if start is None else start.clone()
-        self._planned = None
-        self._resume = True
+        self._planned, self._resume = None, True
+        try:
+            count = len(self._plan())
+        except Exception:
+            self.epoch, self._done, self._start, self._planned, self._resume = before
+            raise
+        if state["batches"] > count:
+            self.epoch, self._done, self._start, self._planned, self._resume = before
+            expected = f"must be at most the batches of its epoch ({count})"
+            raise value_error(func, "state['batches']", expected, state["batches"])
+
+
+def lengths_fingerprint(lengths: Sequence[int]) -> tuple[int, int, int]:
+    """``(count, total, crc32)`` of a sampler's lengths: a state is loaded for the same data.
+
+    >>> lengths_fingerprint([3, 1, 2])
+    (3, 6, 395507172)
+    """
+    data = torch.tensor(list(lengths), dtype=torch.int64).numpy().tobytes()
+    return len(lengths), int(sum(lengths)), zlib.crc32(data)
 
 
 @public("data", namespace="ragged.data")

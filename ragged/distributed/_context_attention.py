@@ -42,6 +42,7 @@ from .._registry import public
 from ..kernels import _attention_buckets as buckets
 from ..kernels import _attention_plan as planner
 from ..kernels._attention_mods import NONE, PLAIN, Variant
+from ._agreement import agree
 from ._context_plan import (
     ContextParallelPlan,
     Layout,
@@ -428,7 +429,9 @@ def context_parallel_attention(
     Raises:
         TypeError: an argument is not a RaggedArray or a plan, or dtypes differ.
         ValueError: shapes disagree, or the plan is for another world size, mask or number
-            of rows.
+            of rows; or the ranks disagree on the heads, head sizes, dtype, ``causal``,
+            ``scale`` or plan (checked with one small all-gather before any exchange; every
+            rank raises the same error).
 
     The planner runs on the host, without a process group:
 
@@ -456,15 +459,16 @@ def context_parallel_attention(
         )
     world = dist.get_world_size(group)
     rank = dist.get_rank(group)
-    if plan is None:
-        return _replanned(q, k, v, causal, group, float(scale), world, rank)
-    if not isinstance(plan, ContextParallelPlan):
+    if plan is not None and not isinstance(plan, ContextParallelPlan):
         raise type_error(
             context_parallel_attention,
             "plan",
             "must be a ContextParallelPlan or None",
             typename(plan),
         )
+    agree(context_parallel_attention, q, v, plan, causal, float(scale), group, world)
+    if plan is None:
+        return _replanned(q, k, v, causal, group, float(scale), world, rank)
     if plan.world_size != world:
         raise value_error(
             context_parallel_attention,

@@ -40,6 +40,10 @@ class RaggedVmapFallbackWarning(UserWarning):
     """``ragged.vmap(method="auto")`` could not vmap ``f`` and fell back to a loop."""
 
 
+class OutputTypeError(TypeError):
+    """``f`` returned something other than tensors (raised as is, never retried in a loop)."""
+
+
 @dataclasses.dataclass
 class _Bucket:
     length: int
@@ -250,6 +254,13 @@ class _Call:
             state.recorded.clear()
             with collective_pass(state):
                 out = self.f(*pytree.tree_unflatten(leaves, self.spec))
+            bad = next((o for o in pytree.tree_leaves(out) if not isinstance(o, Tensor)), None)
+            if bad is not None and out is not None:
+                expected = (
+                    "must return tensors or RaggedArrays (in any pytree); wrap a number with "
+                    "torch.tensor(...)"
+                )
+                raise OutputTypeError(type_error(vmap, "f", expected, typename(bad)).args[0])
             return out, tuple(state.recorded)
 
         return call
@@ -265,7 +276,7 @@ class _Call:
                 out = torch.func.vmap(call, randomness=self.randomness)(*inputs)
                 return out[0], out[1], list(state.kinds)
             except Exception as error:
-                if self.method == "vmap":
+                if self.method == "vmap" or isinstance(error, OutputTypeError):
                     raise
                 warnings.warn(
                     f"{name_of(vmap)}: f could not be vmapped ({type(error).__name__}: {error}); running "

@@ -252,6 +252,13 @@ def from_awkward(
 
         levels.append(_level(np.zeros(1, dtype=np.int64)))
         rows = 0
+    if len(levels) < wanted and ragged_ndim is not None and levels:
+        raise value_error(
+            func,
+            "ragged_ndim",
+            f"must be at most the number of list dimensions of `array` ({len(levels)})",
+            ragged_ndim,
+        )
     if len(levels) < wanted:
         raise value_error(
             func,
@@ -260,6 +267,12 @@ def from_awkward(
             str(array.type) if hasattr(array, "type") else _kind(node),
         )
     data = node.data[start:stop]
+    if data.dtype.kind not in "biufc":  # datetimes, timedeltas, strings: torch has none
+        expected = (
+            "must hold numbers or booleans (torch has no such dtype; convert first, e.g. "
+            "ak.values_astype(array, numpy.int64) for datetimes)"
+        )
+        raise type_error(func, "array", expected, f"numpy dtype {data.dtype}")
     values = _tensor(data)
     if dense:
         values = values.reshape(rows, *dense, *data.shape[1:])

@@ -257,8 +257,46 @@ def to_hf_packed(
     return batch
 
 
+def check_cu_seq_lens(func: Func, batch: Mapping[str, Any], side: str, total: int) -> None:
+    """``cu_seq_lens_<side>`` of ``batch`` (if any) are offsets into ``total`` tokens and
+    ``max_length_<side>`` (if any) is at least the longest sequence (one host read)."""
+    name, bound = f"cu_seq_lens_{side}", f"max_length_{side}"
+    cu = batch.get(name)
+    if cu is None:
+        return
+    if not isinstance(cu, Tensor) or cu.dim() != 1 or cu.dtype.is_floating_point:
+        raise type_error(func, "batch", f"must hold int `{name}` [B + 1]", typename(cu))
+    if cu.dtype in (torch.bool, torch.complex64, torch.complex128) or cu.numel() == 0:
+        raise type_error(func, "batch", f"must hold int `{name}` [B + 1]", typename(cu))
+    cu = cu.to(torch.int64)
+    steps = torch.diff(cu) if cu.numel() > 1 else cu.new_zeros(1)
+    first, last, low, high = torch.stack([cu[0], cu[-1], steps.min(), steps.max()]).tolist()
+    where = f"`{name}`"
+    if first != 0:
+        raise value_error(func, "batch", f"must hold {where} starting at 0", f"{name}[0] = {first}")
+    if low < 0:
+        i = int(torch.argmax((steps < 0).to(torch.int8))) + 1
+        got = f"{name}[{i}] = {int(cu[i])} < {name}[{i - 1}] = {int(cu[i - 1])}"
+        raise value_error(func, "batch", f"must hold non-decreasing {where}", got)
+    if last != total:
+        expected = f"must hold {where} ending at the number of tokens {total}"
+        raise value_error(func, "batch", expected, f"{name}[-1] = {last}")
+    longest = batch.get(bound)
+    if longest is None:
+        return
+    if isinstance(longest, Tensor) and longest.numel() == 1 and not longest.is_floating_point():
+        longest = int(longest)
+    if not isinstance(longest, int) or isinstance(longest, bool):
+        raise type_error(func, "batch", f"must hold an int `{bound}`", typename(longest))
+    if longest < high:
+        expected = f"must hold `{bound}` at least the longest sequence ({high})"
+        raise value_error(func, "batch", expected, f"{bound} = {longest}")
+
+
 @public("interop")
-def from_hf_packed(batch: Mapping[str, Any], key: str = "input_ids") -> RaggedArray:
+def from_hf_packed(
+    batch: Mapping[str, Any], key: str = "input_ids", *, validate: bool = True
+) -> RaggedArray:
     """The sequences of a padding-free batch: the inverse of ``to_hf_packed``.
 
     Sequence boundaries come from ``cu_seq_lens_q`` when the batch has it (no host read; with
@@ -271,6 +309,11 @@ def from_hf_packed(batch: Mapping[str, Any], key: str = "input_ids") -> RaggedAr
             ``position_ids`` (``[1, T]``), as ``DataCollatorWithFlattening`` or
             ``to_hf_packed`` make it.
         key: the field to unpack (``"input_ids"``, ``"labels"``, ``"inputs_embeds"``, ...).
+        validate: check ``cu_seq_lens_q``/``cu_seq_lens_k`` (start at 0, never decrease, end
+            at the number of tokens) and ``max_length_q``/``max_length_k`` (at least the
+            longest sequence): one host read in eager mode, none under ``torch.compile``
+            (as the factories' ``validate``). With ``validate=False`` wrong boundaries give
+            wrong sequences.
 
     >>> import ragged, torch
     >>> batch = {"input_ids": torch.tensor([[5, 6, 7, 8, 9]]),
@@ -294,6 +337,9 @@ def from_hf_packed(batch: Mapping[str, Any], key: str = "input_ids") -> RaggedAr
             raise type_error(func, "batch", "must hold int `cu_seq_lens_q` [B + 1]", typename(cu))
         longest = batch.get("max_length_q")
         longest = longest if isinstance(longest, int) and not isinstance(longest, bool) else None
+        if validate and not torch.compiler.is_compiling():
+            for side in ("q", "k"):
+                check_cu_seq_lens(func, batch, side, total)
         level = RowPartition.from_offsets(cu.to(values.device, torch.int64), total, longest)
         return RaggedArray(values, Partition((level,)))
     positions = batch.get("position_ids")

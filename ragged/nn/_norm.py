@@ -39,6 +39,13 @@ class RaggedLayerNorm(torch.nn.LayerNorm):
 
     def forward(self, input: Any) -> Any:
         if isinstance(input, RaggedArray):
+            shape = tuple(self.normalized_shape)
+            inner = tuple(input.values.shape[1:])
+            if inner[len(inner) - len(shape) :] != shape or len(inner) < len(shape):
+                raise ValueError(
+                    f"RaggedLayerNorm: `input` must end in the normalized_shape {shape} (its inner "
+                    f"axes), got inner shape {inner}."
+                )
             return ragged_map(self._rows, input)
         if not isinstance(input, Tensor):
             raise TypeError(

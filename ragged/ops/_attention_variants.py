@@ -10,6 +10,8 @@ The semantics are in ``ragged/kernels/_attention_mods.py`` and ``docs/semantics.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +58,9 @@ def _window(func: Func, window: Any) -> tuple[int | None, int | None]:
             raise type_error(func, "window", expected, tuple(window))
         if side is not None and side < 0:
             raise value_error(func, "window", expected, tuple(window))
+        if side is not None and side >= 2**63:  # None: unbounded
+            big = "must be a pair of ints below 2**63 (None for no bound on a side)"
+            raise value_error(func, "window", big, tuple(window))
     return window[0], window[1]
 
 
@@ -121,7 +126,71 @@ def _prefix(func: Func, prefix: Any, q: RaggedArray) -> Tensor:
         raise value_error(
             func, "prefix", f"must have one entry per segment ({q.num_segments})", prefix.shape
         )
-    return torch.minimum(prefix.to(device=q.device, dtype=torch.int64), lengths.to(torch.int64))
+    if prefix.device.type == "cpu" and not torch.compiler.is_compiling():
+        # A host tensor reads without a device sync; on an accelerator (no read) or under
+        # torch.compile a negative entry counts as 0 (clamped below).
+        negative = prefix < 0
+        if bool(negative.any()):
+            b = int(torch.argmax(negative.to(torch.int8)))
+            raise value_error(func, "prefix", expected, f"prefix[{b}] = {int(prefix[b])}")
+    prefix = prefix.to(device=q.device, dtype=torch.int64).clamp_min(0)
+    return torch.minimum(prefix, lengths.to(torch.int64))
+
+
+MODS = {
+    "score_mod": ("score, b, h, q_idx, kv_idx", 5),
+    "mask_mod": ("b, h, q_idx, kv_idx", 4),
+}
+
+
+def _arity(func: Func, name: str, fn: Callable[..., Any]) -> None:
+    """``fn`` takes the arguments ``name`` is called with (when Python can tell)."""
+    spelled, count = MODS[name]
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or an extension: cannot tell, call it
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        raise type_error(
+            func, name, f"must take {count} arguments ({spelled})", f"signature {signature}"
+        ) from None
+
+
+@functools.lru_cache(maxsize=64)
+def checked_mod(func: Func, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a ``score_mod`` or ``mask_mod``) whose output is checked: a tensor of the
+    score's shape and a floating dtype (``score_mod``), or a boolean or integer tensor that
+    broadcasts to the shape of its index arguments (``mask_mod``); never 0-d. One wrapper per
+    function, so that kernels and compiled code see the same object on every call."""
+
+    def checked(*args: Tensor) -> Tensor:
+        out = fn(*args)
+        if name == "score_mod":
+            target = tuple(args[0].shape)
+            good = isinstance(out, Tensor) and tuple(out.shape) == target
+            good = good and out.dtype.is_floating_point
+            expected = f"must return a floating tensor of the score's shape {target}"
+        else:
+            target = tuple(torch.broadcast_shapes(*(a.shape for a in args)))
+            good = isinstance(out, Tensor) and out.dim() > 0 and not out.is_floating_point()
+            good = good and not out.is_complex() and _broadcasts(tuple(out.shape), target)
+            expected = (
+                f"must return a boolean tensor that broadcasts to its arguments' shape {target}"
+            )
+        if not good:
+            got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, Tensor) else typename(out)
+            raise value_error(func, name, expected, got)
+        return out
+
+    return checked
+
+
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(target), strict=False))
 
 
 def parse(
@@ -173,6 +242,10 @@ def parse(
     for name, fn in (("score_mod", score_mod), ("mask_mod", mask_mod)):
         if fn is not None and not callable(fn):
             raise type_error(func, name, "must be a callable or None", typename(fn))
+        if fn is not None:
+            _arity(func, name, fn)
+    score_mod = None if score_mod is None else checked_mod(func, "score_mod", score_mod)
+    mask_mod = None if mask_mod is None else checked_mod(func, "mask_mod", mask_mod)
     unfused = [
         name
         for name, value in (

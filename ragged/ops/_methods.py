@@ -119,4 +119,7 @@ def install() -> None:
     and fill the dispatch table of its ``__torch_function__`` (idempotent)."""
     for name, value in methods().items():
         setattr(RaggedArray, name, value)
+    for name, value in _torch.immutable_refusals().items():  # x.add_(1), x[0] = 1: TypeErrors
+        if name not in RaggedArray.__dict__:
+            setattr(RaggedArray, name, value)
     _torch.install(tensor_operators())

@@ -249,7 +249,31 @@ def rows(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     def handler(x: Any, *args: Any, **kwargs: Any) -> RaggedArray:
         return _general(fn, name, 1, (), (x, *args), kwargs, False)
 
-    return handler
+    return checked_embedding(handler, name) if fn is F.embedding else handler
+
+
+def checked_embedding(handler: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``F.embedding`` on RaggedArray indices: integer indices, in the rows of ``weight`` (torch
+    checks the range; its ``IndexError`` becomes a message naming the function)."""
+
+    def embedding(input: Any, weight: Any, *args: Any, **kwargs: Any) -> RaggedArray:
+        indices = input.values if isinstance(input, RaggedArray) else input
+        dtype = getattr(indices, "dtype", None)
+        if dtype is not None and (
+            dtype.is_floating_point or dtype.is_complex or dtype == torch.bool
+        ):
+            expected = "must hold integer indices (int64 or int32); cast with x.long()"
+            raise TypeError(f"{name}: `input` {expected}, got dtype {dtype}.")
+        try:
+            return handler(input, weight, *args, **kwargs)
+        except IndexError as error:
+            rows = weight.shape[0] if isinstance(weight, torch.Tensor) else "?"
+            expected = f"must hold indices in [0, {rows}) (the rows of `weight`)"
+            raise ValueError(
+                f"{name}: `input` {expected}, got an index outside ({error})."
+            ) from None
+
+    return embedding
 
 
 def _cast(dtype: torch.dtype) -> Callable[..., Any]:

@@ -226,6 +226,13 @@ def linear(x: RaggedArray, weight: Tensor, bias: Tensor | None = None) -> Ragged
             f"must have in_features = {x.values.shape[-1]} (the last axis of {shape_text(x)})",
             f"shape {tuple(weight.shape)}",
         )
+    for param, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.dtype != x.dtype:
+            expected = (
+                f"must have the dtype of `x` ({x.dtype}); cast one of them: x.to({t.dtype}) or "
+                f"module.to({x.dtype})"
+            )
+            raise type_error(func, param, expected, t.dtype)
     out = F.linear(x.values, weight, bias)
     names = remove(x.axes, [x.ndim - 1]) if weight.dim() == 1 else x.axes
     return RaggedArray(out, x.partition, names if _fits(names, x, out) else None)

@@ -26,10 +26,18 @@ Traceback (most recent call last):
 ValueError: torch.softmax: `dim` cannot be the batch axis (segments differ in length), got 0.
 """
 
+from ._immutable import refusals as immutable_refusals
 from ._spelling import display_name as display_name
 from ._spelling import spelled as spelled
 from ._table import dispatch_table as dispatch_table
 from ._table import install as install
 from ._table import method_table as method_table
 
-__all__ = ["dispatch_table", "display_name", "install", "method_table", "spelled"]
+__all__ = [
+    "dispatch_table",
+    "display_name",
+    "immutable_refusals",
+    "install",
+    "method_table",
+    "spelled",
+]

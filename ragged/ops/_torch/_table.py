@@ -23,6 +23,7 @@ from ..._torch_args import refuse_out
 from ..._versions import check_unchanged
 from .. import _pointwise as _pointwise
 from . import _handlers as _handlers
+from . import _immutable as _immutable
 from . import _model_calls as _model_calls
 from . import _recurrent as _recurrent
 from . import _tensor as _tensor

@@ -123,6 +123,19 @@ def _flatten(input: RaggedArray, start_dim: int = 0, end_dim: int = -1) -> Any:
     return RaggedArray(input.values.flatten(a, b), input.partition, names)
 
 
+@torch_handler(
+    torch.unflatten,
+    methods=("unflatten",),
+    family="indexing",
+    meaning="splits inner axis `dim` into `sizes` (`ragged.unflatten` adds a ragged level instead)",
+    see=("ragged.unflatten",),
+)
+def _unflatten(input: RaggedArray, dim: int, sizes: Any) -> RaggedArray:
+    if input.axes is not None:
+        raise ValueError("a named array needs names for its new axes: use x.rename(None) first.")
+    return input.with_values(input.values.unflatten(_inner(input, dim), sizes))
+
+
 # --- Tensor-style properties and conversions ----------------------------------------------------
 
 
