@@ -22,15 +22,15 @@ from torch import Tensor
 from ._array import RaggedArray
 from ._errors import type_error, typename, value_error
 from ._factory_checks import (
-    _check_lengths,
-    _check_offsets,
-    _checked_lengths,
-    _checking,
-    _index_arg,
-    _named,
-    _values,
+    check_lengths,
+    check_offsets,
+    check_values,
+    checked_lengths,
+    index_argument,
+    named_array,
     readable,
     segment_ids_level,
+    validating,
 )
 from ._partition import Partition, RowPartition
 from ._registry import public
@@ -80,24 +80,24 @@ def from_lengths(
     ValueError: ragged.from_lengths: `lengths` must sum to values.shape[0] = 5, got sum 4.
     """
     func = from_lengths
-    values = _values(func, values)
+    values = check_values(func, values)
     total = values.shape[0]
 
     def check(host: list[int]) -> None:
-        _check_lengths(func, host, total, "values.shape[0]")
+        check_lengths(func, host, total, "values.shape[0]")
 
-    lengths_t, host = _index_arg(func, "lengths", lengths, values.device, check)
+    lengths_t, host = index_argument(func, "lengths", lengths, values.device, check)
     if host is not None:  # a fresh tensor, checked on the host
         squares = sum(n * n for n in host)
         level = RowPartition.from_lengths(lengths_t, total, max(host, default=0), squares)
-    elif _checking(validate):
-        longest, squares = _checked_lengths(func, "lengths", lengths_t, total, "values.shape[0]")
+    elif validating(validate):
+        longest, squares = checked_lengths(func, "lengths", lengths_t, total, "values.shape[0]")
         level = RowPartition.from_lengths(lengths_t.clone(), total, longest, squares)
     else:
         if lengths_t.shape[0] == 0 and total != 0:  # no segment to hold the rows (no read)
             raise value_error(func, "lengths", f"must sum to values.shape[0] = {total}", "sum 0")
         level = RowPartition.from_unchecked_lengths(lengths_t, total)
-    return _named(func, values, Partition((level,)), axes)
+    return named_array(func, values, Partition((level,)), axes)
 
 
 @public("constructors")
@@ -128,16 +128,16 @@ def from_offsets(
     ValueError: ragged.from_offsets: `offsets` must start at 0, got offsets[0] = 1.
     """
     func = from_offsets
-    values = _values(func, values)
+    values = check_values(func, values)
     total = values.shape[0]
 
     def check(host: list[int]) -> None:
         if not host:
             return
         decrease = next((i for i in range(1, len(host)) if host[i] < host[i - 1]), None)
-        _check_offsets(func, host[0], decrease, host[-1], total, lambda i: host[i])
+        check_offsets(func, host[0], decrease, host[-1], total, lambda i: host[i])
 
-    offsets_t, host = _index_arg(func, "offsets", offsets, values.device, check)
+    offsets_t, host = index_argument(func, "offsets", offsets, values.device, check)
     if offsets_t.numel() == 0:
         raise value_error(
             func, "offsets", "must have at least one entry (B + 1 for B segments)", "[]"
@@ -146,7 +146,7 @@ def from_offsets(
         steps = [b - a for a, b in itertools.pairwise(host)]
         squares = sum(n * n for n in steps)
         level = RowPartition.from_offsets(offsets_t, total, max(steps, default=0), squares)
-    elif _checking(validate):
+    elif validating(validate):
         readable(func, "offsets", offsets_t)
         steps_t = torch.diff(offsets_t)
         if steps_t.numel() == 0:
@@ -162,7 +162,7 @@ def from_offsets(
             ]
         ).tolist()
         decrease = int(torch.argmax(decreasing)) + 1 if decreases else None
-        _check_offsets(func, first, decrease, last, total, lambda i: int(offsets_t[i]))
+        check_offsets(func, first, decrease, last, total, lambda i: int(offsets_t[i]))
         level = RowPartition.from_offsets(offsets_t.clone(), total, longest, squares)
     else:
         if offsets_t.shape[0] == 1 and total != 0:  # no segment to hold the rows (no read)
@@ -170,7 +170,7 @@ def from_offsets(
                 func, "offsets", f"must end at values.shape[0] = {total}", "a single offset"
             )
         level = RowPartition.from_unchecked_offsets(offsets_t, total)
-    return _named(func, values, Partition((level,)), axes)
+    return named_array(func, values, Partition((level,)), axes)
 
 
 @public("constructors")
@@ -202,20 +202,20 @@ def from_segment_ids(
     ValueError: ragged.from_segment_ids: `segment_ids` must be sorted (non-decreasing), got segment_ids[1] = 0 < segment_ids[0] = 1.
     """
     func = from_segment_ids
-    values = _values(func, values)
+    values = check_values(func, values)
     if isinstance(num_segments, bool) or not isinstance(num_segments, (int, torch.SymInt)):
         raise type_error(func, "num_segments", "must be an int", typename(num_segments))
     if num_segments < 0:
         raise value_error(func, "num_segments", "must be non-negative", num_segments)
-    ids, host = _index_arg(func, "segment_ids", segment_ids, values.device)
+    ids, host = index_argument(func, "segment_ids", segment_ids, values.device)
     total = values.shape[0]
     if ids.shape[0] != total:
         expected = f"must have one id per row of values ({total})"
         raise value_error(func, "segment_ids", expected, f"{ids.shape[0]} ids")
     level = segment_ids_level(
-        func, "segment_ids", ids, num_segments, host is not None or _checking(validate)
+        func, "segment_ids", ids, num_segments, host is not None or validating(validate)
     )
-    return _named(func, values, Partition((level,)), axes)
+    return named_array(func, values, Partition((level,)), axes)
 
 
 @public("constructors")
@@ -244,7 +244,7 @@ def from_nested_lengths(
     (RaggedShape(2, [2, 1], [[3, 1], [2]]), [[[0, 1, 2], [3]], [[4, 5]]])
     """
     func = from_nested_lengths
-    values = _values(func, values)
+    values = check_values(func, values)
     if (
         isinstance(nested_lengths, (Tensor, str))
         or not isinstance(nested_lengths, Sequence)
@@ -257,7 +257,7 @@ def from_nested_lengths(
             typename(nested_lengths),
         )
     parsed = [
-        _index_arg(func, f"nested_lengths[{k}]", lengths, values.device)
+        index_argument(func, f"nested_lengths[{k}]", lengths, values.device)
         for k, lengths in enumerate(nested_lengths)
     ]
     levels = []
@@ -266,15 +266,15 @@ def from_nested_lengths(
         what = f"len(nested_lengths[{k + 1}])" if k + 1 < len(parsed) else "values.shape[0]"
         param = f"nested_lengths[{k}]"
         if host is not None:
-            _check_lengths(func, host, total, what, param=param)
+            check_lengths(func, host, total, what, param=param)
             squares = sum(n * n for n in host)
             level = RowPartition.from_lengths(lengths_t, total, max(host, default=0), squares)
-        elif _checking(validate):
-            longest, squares = _checked_lengths(func, param, lengths_t, total, what)
+        elif validating(validate):
+            longest, squares = checked_lengths(func, param, lengths_t, total, what)
             level = RowPartition.from_lengths(lengths_t.clone(), total, longest, squares)
         else:
             if lengths_t.shape[0] == 0 and total != 0:  # no row to hold the children (no read)
                 raise value_error(func, param, f"must sum to {what} = {total}", "sum 0")
             level = RowPartition.from_unchecked_lengths(lengths_t, total)
         levels.append(level)
-    return _named(func, values, Partition(tuple(levels)), axes)
+    return named_array(func, values, Partition(tuple(levels)), axes)

@@ -16,9 +16,9 @@ from torch import Tensor
 from ._array import RaggedArray
 from ._errors import Func, name_of, type_error, typename, value_error
 from ._factory_checks import (
-    _index_arg,
-    _named,
     host_partition,
+    index_argument,
+    named_array,
     readable,
 )
 from ._from_lists import from_lists
@@ -96,7 +96,7 @@ def from_padded(
     if not pairs:
         index = level.row_ids * width + level.positions()
         values = padded.reshape(num * width, *padded.shape[2:]).index_select(0, index)
-        return _named(func, values, Partition((level,)), axes)
+        return named_array(func, values, Partition((level,)), axes)
     partition = Partition.outer(level, level)
     cells = partition.levels[1]
     row = cells.row_ids
@@ -104,7 +104,7 @@ def from_padded(
     i = level.positions().index_select(0, row)
     index = (segment * width + i) * width + cells.positions()
     values = padded.reshape(num * width * width, *padded.shape[3:]).index_select(0, index)
-    return _named(func, values, partition, axes)
+    return named_array(func, values, partition, axes)
 
 
 def _padded_level(
@@ -136,7 +136,7 @@ def _padded_level(
             )
         host = None
     elif lengths is not None:
-        lengths_t, host = _index_arg(func, "lengths", lengths, device)
+        lengths_t, host = index_argument(func, "lengths", lengths, device)
         if lengths_t.shape[0] != num:
             raise value_error(func, "lengths", f"must have {num} entries", lengths_t.shape[0])
     else:
@@ -192,7 +192,7 @@ def from_nested(nt: Tensor, *, axes: Sequence[str] | None = None) -> RaggedArray
         lengths_t = torch.minimum(holes.to(torch.int64).clamp(min=0), total - starts)
         level = RowPartition.from_lengths(lengths_t, int(lengths_t.sum()))
         values = values[starts[level.row_ids] + level.positions()]
-    return _named(func, values, Partition((level,)), axes)
+    return named_array(func, values, Partition((level,)), axes)
 
 
 # --- segments as tensors or nested Python lists ---------------------------------------------
@@ -298,4 +298,4 @@ def array(
             )
         values, lengths = _segments_from_tensors(func, data, dtype, device)
         levels = [lengths]
-    return _named(func, values, host_partition(levels, values.device), axes)
+    return named_array(func, values, host_partition(levels, values.device), axes)

@@ -1,6 +1,6 @@
 """The checks and builders the factories share (``ragged._factories``, ``ragged._factories_dense``).
 
-Arguments to tensors (``_values``, ``_index_arg``), checks of lengths and offsets (on host
+Arguments to tensors (``check_values``, ``index_argument``), checks of lengths and offsets (on host
 lists for free; on tensors in one read, behind ``validate``), partition levels from segment ids
 or host lengths, and the final naming of the result. Error messages name the calling factory.
 """
@@ -18,11 +18,11 @@ from ._errors import Func, type_error, typename, value_error
 from ._partition import Partition, RowPartition
 
 
-def _checking(validate: bool) -> bool:
+def validating(validate: bool) -> bool:
     return validate and not torch.compiler.is_compiling()
 
 
-def _values(func: Func, values: object, param: str = "values") -> Tensor:
+def check_values(func: Func, values: object, param: str = "values") -> Tensor:
     if not isinstance(values, Tensor):
         raise type_error(func, param, "must be a Tensor", typename(values))
     if values.dim() == 0:
@@ -35,7 +35,7 @@ def _values(func: Func, values: object, param: str = "values") -> Tensor:
 _INT64 = (-(2**63), 2**63)
 
 
-def _index_arg(
+def index_argument(
     func: Func,
     param: str,
     obj: object,
@@ -87,7 +87,7 @@ def _first(mask: Tensor) -> int:
     return int(torch.argmax(mask.to(torch.int8)))
 
 
-def _named(func: Func, values: Tensor, partition: Partition, axes: object) -> RaggedArray:
+def named_array(func: Func, values: Tensor, partition: Partition, axes: object) -> RaggedArray:
     names = check_names(func, axes, partition.ragged_ndim + values.dim())
     return RaggedArray(values, partition, names)
 
@@ -95,7 +95,7 @@ def _named(func: Func, values: Tensor, partition: Partition, axes: object) -> Ra
 # --- lengths / offsets / segment ids --------------------------------------------------------
 
 
-def _check_lengths(
+def check_lengths(
     func: Func, host: list[int], total: int, total_text: str, param: str = "lengths"
 ) -> None:
     """Host lengths: each in ``[0, total]`` (checked before summing), summing to ``total``."""
@@ -110,10 +110,10 @@ def _check_lengths(
         raise value_error(func, param, f"must sum to {total_text} = {total}", f"sum {sum(host)}")
 
 
-def _checked_lengths(
+def checked_lengths(
     func: Func, param: str, lengths: Tensor, total: int, total_text: str
 ) -> tuple[int, int]:
-    """Tensor lengths checked as ``_check_lengths`` does (one read): ``(max, squares)``.
+    """Tensor lengths checked as ``check_lengths`` does (one read): ``(max, squares)``.
 
     Each length is compared with ``total`` before the sum is trusted: with every length in
     ``[0, total]`` an int64 sum cannot wrap unless ``B * total`` reaches ``2**63``, and then a
@@ -141,7 +141,7 @@ def _checked_lengths(
     return high, squares
 
 
-def _check_offsets(
+def check_offsets(
     func: Func,
     first: int,
     decrease: int | None,

@@ -22,16 +22,12 @@ from torch import Tensor
 from .._array import RaggedArray
 from .._axes import FLATTEN, NEW, ROWS, STACK, check_names, normalize_axis, remove
 from .._errors import Func, type_error, typename, value_error
+from .._factory_checks import validating
 from .._partition import Partition, RowPartition
 from .._registry import op
 from ..kernels._segment import Segments, segment_sum
 from ._indexing._axis import checked_array, ragged_axis, same_upper, whole_rows
 from ._levels import read
-
-
-def _checking(validate: bool) -> bool:
-    return validate and not torch.compiler.is_compiling()
-
 
 # --- flatten, unflatten -----------------------------------------------------------------------
 
@@ -171,7 +167,7 @@ def unflatten(
     level = levels[dim - 1]
     groups = counts.partition.levels[-1]
     sizes = counts.values.to(torch.int64)
-    if _checking(validate):
+    if validating(validate):
         per_row = segment_sum(sizes, Segments(groups.row_ids, groups.num_rows, groups.lengths))
         if not bool(((per_row == level.lengths).all() & (sizes >= 0).all()).item()):
             raise value_error(
@@ -196,7 +192,7 @@ def _unflatten_batch(
             typename(counts),
         )
     sizes = counts.to(device=x.device, dtype=torch.int64)
-    if _checking(validate) and not bool(
+    if validating(validate) and not bool(
         ((sizes.sum() == x.num_segments) & (sizes >= 0).all()).item()
     ):
         raise value_error(
@@ -219,7 +215,7 @@ def _unflatten_inner(
             f"{size} for axis {dim}",
         )
     level = x.partition.levels[-1]
-    if _checking(validate) and not bool((level.lengths % size == 0).all().item()):
+    if validating(validate) and not bool((level.lengths % size == 0).all().item()):
         raise value_error(
             func, "counts", "must divide the length of every row of the innermost axis", size
         )
