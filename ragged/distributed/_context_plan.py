@@ -120,7 +120,7 @@ class ContextParallelPlan:
         """
         runs = self.layout[self._rank(ContextParallelPlan.rows, rank)]
         offsets = _offsets(self.lengths)
-        return _ranges([(offsets[s] + a, offsets[s] + e) for s, a, e in runs])
+        return ranges_index([(offsets[s] + a, offsets[s] + e) for s, a, e in runs])
 
     def positions(self, rank: int) -> Tensor:
         """Each of rank ``rank``'s rows' position in its sequence (int64).
@@ -129,7 +129,7 @@ class ContextParallelPlan:
         tensor([5, 0, 1, 0, 1])
         """
         runs = self.layout[self._rank(ContextParallelPlan.positions, rank)]
-        return _ranges([(a, e) for _, a, e in runs])
+        return ranges_index([(a, e) for _, a, e in runs])
 
     def shard(self, x: RaggedArray, rank: int) -> RaggedArray:
         """Rank ``rank``'s rows of the global batch ``x``, one segment per run.
@@ -191,7 +191,7 @@ def _offsets(lengths: Sequence[int]) -> list[int]:
     return list(itertools.accumulate(lengths, initial=0))
 
 
-def _ranges(ranges: Sequence[tuple[int, int]]) -> Tensor:
+def ranges_index(ranges: Sequence[tuple[int, int]]) -> Tensor:
     """``cat(arange(a, b) for a, b in ranges)`` as an int64 CPU tensor."""
     parts = [torch.arange(a, b, dtype=torch.int64) for a, b in ranges if b > a]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
