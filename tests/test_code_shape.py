@@ -1,0 +1,79 @@
+"""The project's rules for the shape of its code, checked on every run (docs/contributing.md):
+modules stay under 500 lines, and a helper shared across modules has a public name (no
+``from ._x import _helper`` of an underscored name from another module)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ragged"
+MAX_LINES = 500
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def _imported_private_names(path: Path, package: Path = PACKAGE) -> list[str]:
+    """``module:line: name`` for each underscored helper ``path`` imports from another module
+    of ``package`` (an underscored *module* is fine: ``from . import _pointwise``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 0 and not (node.module or "").startswith(package.name):
+            continue
+        if node.level == 0:
+            base = package.parent
+        else:
+            base = path.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+        target = base.joinpath(*node.module.split(".")) if node.module else base
+        for alias in node.names:
+            name = alias.name
+            if not name.startswith("_") or name.startswith("__"):
+                continue
+            if (target / f"{name}.py").exists() or (target / name).is_dir():
+                continue  # a module, imported by its (private) name
+            found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {name}")
+    return found
+
+
+def test_modules_stay_under_the_line_limit() -> None:
+    long = {
+        str(p.relative_to(PACKAGE.parent)): n
+        for p in MODULES
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines (split them by concept): {long}"
+
+
+def test_no_private_helper_is_shared_across_modules() -> None:
+    shared = [line for p in MODULES for line in _imported_private_names(p)]
+    assert not shared, (
+        "underscored helpers imported from another module (give them a public name in their "
+        "module, or one home):\n" + "\n".join(shared)
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from ._segment import _direct\n", ["_direct"]),
+        ("from . import _native\n", []),  # a private module, by its name
+        ("from ._segment import segment_sum\n", []),
+        ("from torch._C import _get_tracing_state\n", []),  # another package's business
+    ],
+)
+def test_the_private_import_check_can_fail(
+    tmp_path: Path, source: str, expected: list[str]
+) -> None:
+    package = tmp_path / "ragged"
+    (package / "kernels").mkdir(parents=True)
+    for name in ("__init__.py", "kernels/__init__.py", "kernels/_segment.py", "kernels/_native.py"):
+        (package / name).write_text("")
+    module = package / "kernels" / "_probe.py"
+    module.write_text(source)
+    found = [line.rsplit(": ", 1)[1] for line in _imported_private_names(module, package)]
+    assert found == expected
