@@ -29,7 +29,7 @@ from torch import Tensor
 
 from .._errors import type_error, typename, value_error
 from .._registry import public
-from ._samplers import host_lengths, positive_int
+from ._epochs import host_lengths, positive_int
 
 __all__ = ["MicrobatchCost", "plan_cost", "plan_microbatches"]
 
