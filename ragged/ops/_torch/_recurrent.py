@@ -1,8 +1,8 @@
 """``nn.RNN``, ``nn.GRU`` and ``nn.LSTM`` on ``(B, L*, C)`` RaggedArrays, through packed sequences.
 
 The modules call ``torch.rnn_tanh`` / ``torch.rnn_relu`` / ``torch.gru`` / ``torch.lstm``
-(``torch._VF``) with the RaggedArray as ``input``; the handlers below pack it
-(``ragged.to_packed_sequence``), call the packed overload, and return the output as a
+(``torch._VF``) with the RaggedArray as ``input``; the handlers below pack it (as
+``ragged.to_packed_sequence`` does), call the packed overload, and return the output as a
 RaggedArray with the input's partition and the last states in the input's segment order, as
 torch returns them for a batch of tensors. An initial state ``hx`` is in the input's order too.
 An empty segment takes no step: no output row, and its initial state as its last state.
@@ -21,20 +21,29 @@ import torch
 from torch import Tensor
 
 from ..._array import RaggedArray
-from ...interop._packed_sequence import to_packed_sequence
 from ._spelling import _custom
 
 
 def packed_rows(x: RaggedArray) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(rows, batch_sizes, sorted_indices, unsorted_indices)`` for packing ``x``: the packed
-    data of ``x`` is ``x.values.index_select(0, rows)``, and packed data ``d`` goes back to the
-    rows of ``x`` as ``torch.index_copy(new, 0, rows, d)``. Reads the lengths once."""
-    rows = torch.arange(x.values.shape[0], device=x.device)
-    packed = to_packed_sequence(x.with_values(rows, axes=None))
-    data, batch_sizes, sorted_indices, unsorted_indices = packed
-    if sorted_indices is None or unsorted_indices is None:  # enforce_sorted=False records them
-        raise RuntimeError("to_packed_sequence recorded no permutation")
-    return data, batch_sizes, sorted_indices, unsorted_indices
+    """``(rows, batch_sizes, sorted_indices, unsorted_indices)`` for packing ``x`` (no empty
+    segment) as ``pack_sequence`` does (segments by decreasing length, stable): the packed data
+    of ``x`` is ``x.values.index_select(0, rows)``, and packed data ``d`` goes back to the rows
+    of ``x`` as ``torch.index_copy(new, 0, rows, d)``. Reads the lengths once (``batch_sizes``
+    lives on the host); ``ragged.to_packed_sequence`` packs the same way."""
+    level = x.partition.levels[0]
+    lengths = x.lengths.cpu()
+    sorted_lengths, sorted_indices = torch.sort(lengths, descending=True, stable=True)
+    longest = int(sorted_lengths[0])
+    # batch_sizes[t]: the number of segments longer than t.
+    steps = torch.arange(longest)
+    batch_sizes = (lengths[None, :] > steps[:, None]).sum(1)
+    rank = torch.empty_like(sorted_indices)
+    rank[sorted_indices] = torch.arange(lengths.shape[0])
+    starts = (torch.cumsum(batch_sizes, 0) - batch_sizes).to(x.device)
+    # Row i of x (segment b, position t) sits at starts[t] + rank[b] in the packed data.
+    slot = starts[level.positions()] + rank.to(x.device)[level.row_ids]
+    rows = torch.empty_like(slot).index_copy(0, slot, torch.arange(slot.shape[0], device=x.device))
+    return rows, batch_sizes, sorted_indices.to(x.device), rank.to(x.device)
 
 
 @torch._dynamo.disable  # packing reads the lengths: one clean graph break, run eagerly
