@@ -375,3 +375,29 @@ def test_sdpa_with_a_pair_mask_compiles_to_one_graph() -> None:
     with ragged.dynamic_shapes():
         report = ragged.testing.check_compile(f, batches, backend="aot_eager", max_graphs=1)
     assert report.graphs == 1
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "causal"), [(2, 2, True), (4, 2, False), (4, 1, True)]
+)
+def test_sdpa_in_the_head_first_layout(heads: int, kv_heads: int, causal: bool) -> None:
+    """``(B, H, L*, Dh)`` from ``transpose(1, 2)`` of ``(B, L*, H, Dh)``, grouped-query heads."""
+    generator = torch.Generator().manual_seed(heads * 10 + kv_heads)
+    stored = {
+        name: [torch.randn(n, h, 4, dtype=torch.float64, generator=generator) for n in LENGTHS]
+        for name, h in (("q", heads), ("k", kv_heads), ("v", kv_heads))
+    }
+    q, k, v = (ragged.array(stored[n]).transpose(1, 2) for n in ("q", "k", "v"))
+    gqa = heads != kv_heads
+    got = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa, scale=0.3)
+    assert got.shape[1] == heads and got.order == q.order
+    values = got.transpose(1, 2)
+    for b in range(len(LENGTHS)):
+        one = [stored[n][b].transpose(0, 1)[None] for n in ("q", "k", "v")]
+        expected = F.scaled_dot_product_attention(
+            *one, is_causal=causal, enable_gqa=gqa, scale=0.3
+        )[0]
+        torch.testing.assert_close(values[b], expected.transpose(0, 1))
+    if gqa:
+        with pytest.raises(ValueError, match=r"unless enable_gqa=True"):
+            F.scaled_dot_product_attention(q, k, v)
