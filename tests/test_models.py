@@ -240,6 +240,42 @@ def mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
 
 
+class CausalSelfAttention(nn.Module):
+    """Causal self-attention in nanoGPT's plain-torch style (written for this test): a fused
+    qkv projection split along the channels, heads by ``view`` + ``transpose(1, 2)``, SDPA."""
+
+    def __init__(self, n_embd: int = 8, n_head: int = 2) -> None:
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd = n_head, n_embd
+
+    def forward(self, x: Any) -> Any:
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        heads = (B, T, self.n_head, C // self.n_head)
+        q, k, v = (t.view(*heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block in nanoGPT's style: attention and MLP with residuals."""
+
+    def __init__(self, n_embd: int = 8) -> None:
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd)
+        self.mlp = nn.Sequential(
+            nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd)
+        )
+
+    def forward(self, x: Any) -> Any:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
 def hf(name: str) -> Callable[[], nn.Module]:
     """A tiny random HF ``transformers`` module (the test skips without transformers)."""
 
@@ -268,6 +304,8 @@ MATRIX: dict[str, tuple[Callable[[], nn.Module], bool]] = {
     "nn.RNN": (lambda: nn.RNN(8, 6, batch_first=True), False),
     "nn.GRU": (lambda: nn.GRU(8, 6, num_layers=2, bidirectional=True, batch_first=True), False),
     "nn.LSTM": (lambda: nn.LSTM(8, 6, num_layers=2, bidirectional=True, batch_first=True), False),
+    "nanoGPT-style CausalSelfAttention": (CausalSelfAttention, True),
+    "nanoGPT-style Block": (Block, True),
     "HF BertIntermediate": (hf("BertIntermediate"), True),
     "HF LlamaMLP": (hf("LlamaMLP"), True),
     "HF LlamaRMSNorm": (hf("LlamaRMSNorm"), True),
