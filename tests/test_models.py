@@ -283,11 +283,20 @@ def hf(name: str) -> Callable[[], nn.Module]:
         transformers = pytest.importorskip("transformers")
         bert = transformers.BertConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2)
         llama = transformers.LlamaConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2)
+        layer = transformers.BertConfig(
+            hidden_size=8,
+            intermediate_size=16,
+            num_attention_heads=2,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            attn_implementation="sdpa",
+        )
         from transformers.models.bert import modeling_bert
         from transformers.models.llama import modeling_llama
 
         modules = {
             "BertIntermediate": lambda: modeling_bert.BertIntermediate(bert),
+            "BertLayer": lambda: modeling_bert.BertLayer(layer),
             "LlamaMLP": lambda: modeling_llama.LlamaMLP(llama),
             "LlamaRMSNorm": lambda: modeling_llama.LlamaRMSNorm(8),
         }
@@ -307,6 +316,7 @@ MATRIX: dict[str, tuple[Callable[[], nn.Module], bool]] = {
     "nanoGPT-style CausalSelfAttention": (CausalSelfAttention, True),
     "nanoGPT-style Block": (Block, True),
     "HF BertIntermediate": (hf("BertIntermediate"), True),
+    "HF BertLayer": (hf("BertLayer"), True),
     "HF LlamaMLP": (hf("LlamaMLP"), True),
     "HF LlamaRMSNorm": (hf("LlamaRMSNorm"), True),
 }
