@@ -33,6 +33,7 @@ from ._factories_dense import from_padded as from_padded
 from ._partition import Partition as Partition
 from ._partition import RowPartition as RowPartition
 from ._shape import RaggedShape as RaggedShape
+from ._shape import RaggedSize as RaggedSize
 from .func import *  # noqa: F403  (transforms, listed in ragged.func.__all__)
 from .interop import from_danling as from_danling
 from .interop import from_hf as from_hf
@@ -59,6 +60,7 @@ __all__ = [
     "Partition",
     "RaggedArray",
     "RaggedShape",
+    "RaggedSize",
     "RowPartition",
     "array",
     "from_awkward",

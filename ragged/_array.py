@@ -84,16 +84,25 @@ class RaggedArray(Pickled, TensorMethods):
     values: Tensor
     partition: Partition
     axes: AxisNames | None = None
+    # The logical order of the non-batch axes (``None``: the storage order); ragged._layout.
+    order: tuple[int, ...] | None = None
     # The version counter of ``values`` when built (``None``: not checked); ragged._versions.
     _values_version: int | None = dataclasses.field(init=False, repr=False)
 
-    def __init__(self, values: Tensor, partition: Partition, axes: AxisNames | None = None) -> None:
+    def __init__(
+        self,
+        values: Tensor,
+        partition: Partition,
+        axes: AxisNames | None = None,
+        order: tuple[int, ...] | None = None,
+    ) -> None:
         # Written straight into __dict__ (the frozen dataclass's __setattr__ refuses, and
         # object.__setattr__ costs more): this runs once per op on tiny inputs too.
         state = self.__dict__
         state["values"] = values
         state["partition"] = partition
         state["axes"] = axes
+        state["order"] = order
         state["_values_version"] = None
         if type(partition) is not Partition:
             raise type_error(
@@ -116,7 +125,13 @@ class RaggedArray(Pickled, TensorMethods):
                 pass
 
     @classmethod
-    def _trusted(cls, values: Any, partition: Partition, axes: AxisNames | None) -> RaggedArray:
+    def _trusted(
+        cls,
+        values: Any,
+        partition: Partition,
+        axes: AxisNames | None,
+        order: tuple[int, ...] | None = None,
+    ) -> RaggedArray:
         """The constructor without checks (it still records the version counter), for pytree
         unflattening, where ``torch.func`` rebuilds nodes around anything (batched outputs with
         extra leading dims, nested structures under ``jacrev``, ints under ``vmap``, ``None``
@@ -126,6 +141,7 @@ class RaggedArray(Pickled, TensorMethods):
         state["values"] = values
         state["partition"] = partition
         state["axes"] = axes
+        state["order"] = order
         state["_values_version"] = None
         kind = type(values)
         if (kind is Tensor or kind is Parameter) and not _is_compiling() and not _inference_mode():
@@ -154,17 +170,19 @@ class RaggedArray(Pickled, TensorMethods):
 
     @property
     def shape(self) -> RaggedShape:
-        """The logical shape; ragged axes appear as their lengths.
+        """The logical shape, a tuple; each ragged axis appears as a
+        [`RaggedSize`][ragged.RaggedSize] (printed with its lengths).
 
         >>> import ragged
         >>> ragged.array([[[1, 2]], [[3, 4], [5, 6]]]).shape
         RaggedShape(2, [1, 2], 2)
         """
-        return RaggedShape(self.partition, tuple(self.values.shape[1:]))
+        return RaggedShape(self.partition, tuple(self.values.shape[1:]), self.order)
 
     @property
     def inner_shape(self) -> torch.Size:
-        """The dense trailing shape ``inner``."""
+        """The dense shape ``inner`` of the values (in logical order; ``order`` says where the
+        ragged axes sit among them)."""
         return self.values.shape[1:]
 
     @property
@@ -262,7 +280,13 @@ class RaggedArray(Pickled, TensorMethods):
             names = self.axes
         else:
             names = check_names(func, axes, ndim)
-        return RaggedArray._trusted(values, self.partition, names)  # rows checked above
+        order = self.order
+        if order is not None and ndim != self.ndim:
+            raise ValueError(
+                f"{name_of(func)}: a permuted array keeps its number of axes ({self.ndim}); "
+                "move its axes back first (x.permute)."
+            )
+        return RaggedArray._trusted(values, self.partition, names, order)  # rows checked above
 
     def rename(self, *names: str | None, **mapping: str) -> RaggedArray:
         """The same array with new axis names (values and partition shared, not copied).
@@ -280,9 +304,10 @@ class RaggedArray(Pickled, TensorMethods):
         if names and mapping:
             raise TypeError(f"{name_of(func)}: pass names positionally or by keyword, not both.")
         if names == (None,):
-            return RaggedArray(self.values, self.partition, None)
+            return RaggedArray(self.values, self.partition, None, self.order)
         if names:
-            return RaggedArray(self.values, self.partition, check_names(func, names, self.ndim))
+            named = check_names(func, names, self.ndim)
+            return RaggedArray(self.values, self.partition, named, self.order)
         if self.axes is None:
             raise TypeError(
                 f"{name_of(func)}: keyword renaming needs a named array, got unnamed axes."
@@ -291,7 +316,9 @@ class RaggedArray(Pickled, TensorMethods):
         if unknown:
             raise value_error(func, "mapping", f"must rename axes among {self.axes}", unknown)
         new = tuple(mapping.get(name, name) for name in self.axes)
-        return RaggedArray(self.values, self.partition, check_names(func, new, self.ndim))
+        return RaggedArray(
+            self.values, self.partition, check_names(func, new, self.ndim), self.order
+        )
 
     def to(self, *args: Any, **kwargs: Any) -> RaggedArray:
         """Convert values like ``Tensor.to`` (dtype, device); offsets follow the device.
@@ -305,7 +332,7 @@ class RaggedArray(Pickled, TensorMethods):
         (torch.float64, True)
         """
         values = self.values.to(*args, **kwargs)
-        return RaggedArray(values, self.partition.to(values.device), self.axes)
+        return RaggedArray(values, self.partition.to(values.device), self.axes, self.order)
 
     def pin_memory(self) -> RaggedArray:
         """Values and offsets in page-locked memory, for fast asynchronous copies to an
@@ -321,15 +348,16 @@ class RaggedArray(Pickled, TensorMethods):
 
     def detach(self) -> RaggedArray:
         """Values detached from the autograd graph; same partition."""
-        return RaggedArray(self.values.detach(), self.partition, self.axes)
+        return RaggedArray(self.values.detach(), self.partition, self.axes, self.order)
 
     def clone(self) -> RaggedArray:
         """A copy of the values; the (immutable) partition is shared."""
-        return RaggedArray(self.values.clone(), self.partition, self.axes)
+        return RaggedArray(self.values.clone(), self.partition, self.axes, self.order)
 
     def contiguous(self) -> RaggedArray:
-        """Values made contiguous (no copy when they already are); same partition."""
-        return RaggedArray(self.values.contiguous(), self.partition, self.axes)
+        """Values made contiguous (no copy when they already are); same partition and order
+        (where the ragged axes sit among the others is metadata: nothing to copy)."""
+        return RaggedArray(self.values.contiguous(), self.partition, self.axes, self.order)
 
     # --- conversion ------------------------------------------------------------------------
 
@@ -347,6 +375,15 @@ class RaggedArray(Pickled, TensorMethods):
 
     def unbind(self) -> tuple[Any, ...]:
         """The segments as a tuple of tensors; see [`ragged.unbind`][ragged.unbind]."""
+        if self.order is not None:  # one-level: each segment's axes in the logical order
+            if len(self.partition.levels) != 1:
+                raise TypeError(
+                    "RaggedArray.unbind: a permuted array with several ragged axes has no dense "
+                    "segments; move its axes back first (x.permute)."
+                )
+            plain = RaggedArray._trusted(self.values, self.partition, None)
+            dims = [k - 1 for k in self.order]
+            return tuple(t.permute(dims) for t in _convert.unbind(plain))
         return _convert.unbind(self)
 
     def to_nested(self) -> Tensor:
@@ -382,7 +419,10 @@ class RaggedArray(Pickled, TensorMethods):
         return handler(*args)
 
     def __repr__(self) -> str:
-        return _format.format_array(self)
+        if self.order is None:
+            return _format.format_array(self)
+        text = _format.format_array(RaggedArray._trusted(self.values, self.partition, None))
+        return f"{text[:-1]}, order={self.order})" if text.endswith(")") else text
 
     # --- operators, indexing and x.mT ------------------------------------------------------
     # Installed from the table in ``ragged/ops/_methods.py`` once the ops load (the class and its

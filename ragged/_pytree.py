@@ -1,7 +1,7 @@
 """Pytree registration: ``values`` is the only leaf; partition and names are the context.
 
 Registered with ``torch.utils._pytree`` (which ``torch.func`` and ``torch.compile`` read) and
-with optree under the ``"ragged"`` namespace. The context is ``(partition, axes)``; partitions
+with optree under the ``"ragged"`` namespace. The context is ``(partition, axes, order)`` (``order``: the layout, ``ragged._layout``); partitions
 compare by identity, so two trees match exactly when they share partition objects and names.
 Unflattening never validates (``RaggedArray._trusted``): ``torch.func`` rebuilds nodes around
 non-tensor leaves and batched values.
@@ -18,7 +18,7 @@ from ._array import RaggedArray
 from ._axes import AxisNames
 from ._partition import Partition
 
-Context = tuple[Partition, AxisNames | None]
+Context = tuple[Partition, AxisNames | None, tuple[int, ...] | None]
 
 
 def is_ragged_leaf(node: Any) -> bool:
@@ -33,21 +33,21 @@ def is_ragged_leaf(node: Any) -> bool:
 
 
 def _flatten(x: RaggedArray) -> tuple[list[Any], Context]:
-    return [x.values], (x.partition, x.axes)
+    return [x.values], (x.partition, x.axes, x.order)
 
 
 def _flatten_with_keys(x: RaggedArray) -> tuple[list[tuple[Any, Any]], Context]:
-    return [(torch_pytree.GetAttrKey("values"), x.values)], (x.partition, x.axes)
+    return [(torch_pytree.GetAttrKey("values"), x.values)], (x.partition, x.axes, x.order)
 
 
 def _unflatten(leaves: Any, context: Context) -> RaggedArray:
     (values,) = leaves
-    partition, axes = context
-    return RaggedArray._trusted(values, partition, axes)
+    partition, axes, order = context
+    return RaggedArray._trusted(values, partition, axes, order)
 
 
 def _optree_flatten(x: RaggedArray) -> tuple[tuple[Any], Context, tuple[str]]:
-    return (x.values,), (x.partition, x.axes), ("values",)
+    return (x.values,), (x.partition, x.axes, x.order), ("values",)
 
 
 def _optree_unflatten(context: Context, leaves: Any) -> RaggedArray:

@@ -1,39 +1,167 @@
-"""RaggedShape: the logical shape of a RaggedArray, with ragged axes shown as lengths."""
+"""RaggedShape, the logical shape of a RaggedArray (a tuple), and RaggedSize, a ragged axis in it."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from typing import Any
 
 from torch import Tensor
 
 from ._partition import Partition
 from ._registry import public
 
-__all__ = ["RaggedShape"]
+__all__ = ["RaggedShape", "RaggedSize"]
 
 
 @public("arrays")
-class RaggedShape:
-    """The logical shape ``(B, L*, *inner)`` of a RaggedArray.
+class RaggedSize:
+    """The size of a ragged axis in a [`RaggedShape`][ragged.RaggedShape]: one object per
+    ragged axis, like ``torch.nested``'s nested int ``j1``.
 
-    Indexing gives a Python int for a dense axis and the int64 lengths tensor for a ragged
-    axis. Building a RaggedShape is free; printing it or comparing two of them reads the lengths
-    (a host sync on an accelerator).
+    It stands for the per-segment lengths without reading them (no host read, no guard under
+    ``torch.compile``), and is accepted back where the array's own shape is accepted:
+    ``x.view(B, T, h, d)``, ``x.reshape(*x.shape[:-1], -1)``, ``x.expand``, ``x.unflatten``.
+
+    Comparisons (``docs/semantics.md``, Layouts and shapes): a ragged size equals itself (the
+    same axis of the same partition) and no int; against ints it compares as an unknown size
+    of at least 2, as ``torch.nested``'s nested int: ``T > 1``, ``T >= 2`` and ``T != 1`` are
+    True, ``T < 2``, ``T <= 1`` and ``T == 1`` False; ``T > 2`` (undecidable without the
+    lengths) raises a TypeError, as do ``int(T)``, ``range(T)`` and indexing with it.
 
     >>> import ragged
-    >>> s = ragged.array([[1.0, 2.0], [], [3.0, 4.0, 5.0]]).shape
-    >>> s
-    RaggedShape(3, [2, 0, 3])
-    >>> s[0], s[1], len(s)
-    (3, tensor([2, 0, 3]), 2)
+    >>> x = ragged.array([[1.0, 2.0], [3.0]])
+    >>> B, T = x.shape
+    >>> T, T > 1, T == 1, T == x.shape[1], T.lengths
+    (RaggedSize([2, 1]), True, False, True, tensor([2, 1]))
     """
 
-    __slots__ = ("_inner", "_partition")
+    __slots__ = ("_level", "_partition")
 
-    def __init__(self, partition: Partition, inner: tuple[int, ...]) -> None:
+    def __init__(self, partition: Partition, level: int) -> None:
         self._partition = partition
-        self._inner = tuple(inner)
+        self._level = level
+
+    @property
+    def lengths(self) -> Tensor:
+        """The int64 lengths of this axis, one per row of the axis before it."""
+        return self._partition.levels[self._level].lengths
+
+    @property
+    def level(self) -> int:
+        """Which ragged axis of its partition (0: the first)."""
+        return self._level
+
+    def same_axis(self, partition: Partition, level: int) -> bool:
+        """Whether this is ragged axis ``level`` of ``partition`` (shared level objects)."""
+        return self._level == level and (
+            self._partition is partition or self._partition.levels[level] is partition.levels[level]
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RaggedSize):
+            return other.same_axis(self._partition, self._level)
+        if isinstance(other, int):
+            return False
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash((id(self._partition.levels[self._level]), self._level))
+
+    def _against(self, other: Any, op: str) -> int:
+        if isinstance(other, RaggedSize) or not isinstance(other, int):
+            raise TypeError(
+                f"RaggedSize: `{op}` compares a ragged size with ints only, got "
+                f"{type(other).__name__}."
+            )
+        return other
+
+    def _undecided(self, op: str, other: int) -> TypeError:
+        return TypeError(
+            f"RaggedSize: `T {op} {other}` depends on the lengths, which a ragged size does not "
+            "read (it compares as an unknown size >= 2); compare T.lengths instead."
+        )
+
+    def __gt__(self, other: Any) -> bool:
+        n = self._against(other, ">")
+        if n <= 1:
+            return True
+        raise self._undecided(">", n)
+
+    def __ge__(self, other: Any) -> bool:
+        n = self._against(other, ">=")
+        if n <= 2:
+            return True
+        raise self._undecided(">=", n)
+
+    def __lt__(self, other: Any) -> bool:
+        return not self.__ge__(other)
+
+    def __le__(self, other: Any) -> bool:
+        return not self.__gt__(other)
+
+    def _host(self, use: str) -> TypeError:
+        return TypeError(
+            f"RaggedSize: {use} needs one number, but a ragged axis has one length per segment "
+            "(read them with T.lengths, a host read on an accelerator)."
+        )
+
+    def __index__(self) -> int:
+        raise self._host("using a ragged size as an index or in range()")
+
+    def __int__(self) -> int:
+        raise self._host("int()")
+
+    def __float__(self) -> float:
+        raise self._host("float()")
+
+    def __repr__(self) -> str:
+        return f"RaggedSize({_summary(_nested_lengths(self._partition, self._level))})"
+
+
+@public("arrays")
+class RaggedShape(tuple):
+    """The logical shape of a RaggedArray: a tuple ``(B, ..., L*, ...)``.
+
+    A tuple, as ``torch.Size``: indexing, negative indices, slices (plain tuples),
+    unpacking, ``len`` and ``+``. ``B`` and every dense axis are ints; each ragged axis is one
+    [`ragged.RaggedSize`][ragged.RaggedSize], which ``view``, ``reshape``, ``expand`` and
+    ``unflatten`` take back. Building a RaggedShape reads nothing; printing it reads the
+    lengths (a host sync on an accelerator), as does comparing two RaggedShapes with distinct
+    partitions.
+
+    >>> import ragged
+    >>> x = ragged.array([[1.0, 2.0], [], [3.0, 4.0, 5.0]])
+    >>> s = x.shape
+    >>> s
+    RaggedShape(3, [2, 0, 3])
+    >>> B, T = s
+    >>> s[0], s[-1] is T, len(s), s[:1] + (4,)
+    (3, True, 2, (3, 4))
+    """
+
+    _partition: Partition
+    _inner: tuple[int, ...]
+    _order: tuple[int, ...] | None
+
+    def __new__(
+        cls, partition: Partition, inner: tuple[int, ...], order: tuple[int, ...] | None = None
+    ) -> RaggedShape:
+        inner = tuple(inner)
+        stored: list[Any] = [RaggedSize(partition, k) for k in range(len(partition.levels))]
+        stored.extend(inner)
+        logical = stored if order is None else [stored[k - 1] for k in order]
+        shape = super().__new__(cls, (partition.num_segments, *logical))
+        shape._partition = partition
+        shape._inner = inner
+        shape._order = order
+        return shape
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return (self._partition, self._inner, self._order)
 
     @property
     def num_segments(self) -> int:
@@ -42,7 +170,7 @@ class RaggedShape:
 
     @property
     def inner(self) -> tuple[int, ...]:
-        """The dense trailing sizes."""
+        """The dense sizes (in logical order)."""
         return self._inner
 
     @property
@@ -50,44 +178,26 @@ class RaggedShape:
         """Number of ragged axes."""
         return self._partition.ragged_ndim
 
-    def __len__(self) -> int:
-        return 1 + self._partition.ragged_ndim + len(self._inner)
-
-    def __getitem__(self, index: int) -> int | Tensor:
-        n = len(self)
-        if not isinstance(index, int):
-            raise TypeError(f"RaggedShape: index must be an int, got {type(index).__name__}.")
-        if not -n <= index < n:
-            raise IndexError(f"RaggedShape: index {index} out of range for {n} axes.")
-        index %= n
-        if index == 0:
-            return self._partition.num_segments
-        if index <= self._partition.ragged_ndim:
-            return self._partition.levels[index - 1].lengths
-        return self._inner[index - 1 - self._partition.ragged_ndim]
-
-    def __iter__(self) -> Iterator[int | Tensor]:
-        return (self[i] for i in range(len(self)))
-
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RaggedShape):
-            return NotImplemented
-        return self._inner == other._inner and self._partition.equals(other._partition)
+        if isinstance(other, RaggedShape):
+            return (
+                self._inner == other._inner
+                and self._order == other._order
+                and self._partition.equals(other._partition)
+            )
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
 
     __hash__ = None  # type: ignore[assignment]
 
     def to_list(self) -> list[int | list]:
         """The shape with each ragged axis as nested Python lists of lengths (reads them)."""
-        out: list[int | list] = [self._partition.num_segments]
-        for level_index, level in enumerate(self._partition.levels):
-            lengths = level.lengths.tolist()
-            # Group a deeper level's lengths by the parent structure above it.
-            for parent in reversed(self._partition.levels[:level_index]):
-                bounds = parent.offsets.tolist()
-                lengths = [lengths[a:b] for a, b in itertools.pairwise(bounds)]
-            out.append(lengths)
-        out.extend(self._inner)
-        return out
+        return [
+            _nested_lengths(item._partition, item._level) if isinstance(item, RaggedSize) else item
+            for item in self
+        ]
 
     def text(self) -> str:
         """The shape as ``(B, [lengths], *inner)``; a ragged axis with more than ``SUMMARY``
@@ -103,6 +213,16 @@ class RaggedShape:
 
     def __repr__(self) -> str:
         return "RaggedShape" + self.text()
+
+
+def _nested_lengths(partition: Partition, level_index: int) -> list:
+    """The lengths of ragged axis ``level_index``, grouped by the levels above it (reads them)."""
+    levels = partition.levels
+    lengths: list = levels[level_index].lengths.tolist()
+    for parent in reversed(levels[:level_index]):
+        bounds = parent.offsets.tolist()
+        lengths = [lengths[a:b] for a, b in itertools.pairwise(bounds)]
+    return lengths
 
 
 SUMMARY = 20  # lengths shown in full in one list; more show the first and last EDGE

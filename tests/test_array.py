@@ -19,7 +19,7 @@ def test_properties():
     assert x.ndim == 3 and x.ragged_ndim == 1
     assert x.dtype == torch.float32 and x.device.type == "cpu"
     assert x.axes == ("b", "l", "d")
-    assert x.shape[0] == 3 and x.shape[2] == 2 and x.shape[1].tolist() == [2, 0, 3]
+    assert x.shape[0] == 3 and x.shape[2] == 2 and x.shape[1].lengths.tolist() == [2, 0, 3]
     assert x.shape == ragged.array([[[0, 0]] * 2, [], [[0, 0]] * 3]).shape
     assert repr(x.shape) == "RaggedShape(3, [2, 0, 3], 2)"
     assert x.shape.to_list() == [3, [2, 0, 3], 2]

@@ -240,6 +240,42 @@ def mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
 
 
+class CausalSelfAttention(nn.Module):
+    """Causal self-attention in nanoGPT's plain-torch style (written for this test): a fused
+    qkv projection split along the channels, heads by ``view`` + ``transpose(1, 2)``, SDPA."""
+
+    def __init__(self, n_embd: int = 8, n_head: int = 2) -> None:
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd = n_head, n_embd
+
+    def forward(self, x: Any) -> Any:
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        heads = (B, T, self.n_head, C // self.n_head)
+        q, k, v = (t.view(*heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block in nanoGPT's style: attention and MLP with residuals."""
+
+    def __init__(self, n_embd: int = 8) -> None:
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd)
+        self.mlp = nn.Sequential(
+            nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd)
+        )
+
+    def forward(self, x: Any) -> Any:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
 def hf(name: str) -> Callable[[], nn.Module]:
     """A tiny random HF ``transformers`` module (the test skips without transformers)."""
 
@@ -247,11 +283,20 @@ def hf(name: str) -> Callable[[], nn.Module]:
         transformers = pytest.importorskip("transformers")
         bert = transformers.BertConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2)
         llama = transformers.LlamaConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2)
+        layer = transformers.BertConfig(
+            hidden_size=8,
+            intermediate_size=16,
+            num_attention_heads=2,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            attn_implementation="sdpa",
+        )
         from transformers.models.bert import modeling_bert
         from transformers.models.llama import modeling_llama
 
         modules = {
             "BertIntermediate": lambda: modeling_bert.BertIntermediate(bert),
+            "BertLayer": lambda: modeling_bert.BertLayer(layer),
             "LlamaMLP": lambda: modeling_llama.LlamaMLP(llama),
             "LlamaRMSNorm": lambda: modeling_llama.LlamaRMSNorm(8),
         }
@@ -268,7 +313,10 @@ MATRIX: dict[str, tuple[Callable[[], nn.Module], bool]] = {
     "nn.RNN": (lambda: nn.RNN(8, 6, batch_first=True), False),
     "nn.GRU": (lambda: nn.GRU(8, 6, num_layers=2, bidirectional=True, batch_first=True), False),
     "nn.LSTM": (lambda: nn.LSTM(8, 6, num_layers=2, bidirectional=True, batch_first=True), False),
+    "nanoGPT-style CausalSelfAttention": (CausalSelfAttention, True),
+    "nanoGPT-style Block": (Block, True),
     "HF BertIntermediate": (hf("BertIntermediate"), True),
+    "HF BertLayer": (hf("BertLayer"), True),
     "HF LlamaMLP": (hf("LlamaMLP"), True),
     "HF LlamaRMSNorm": (hf("LlamaRMSNorm"), True),
 }
@@ -375,3 +423,29 @@ def test_sdpa_with_a_pair_mask_compiles_to_one_graph() -> None:
     with ragged.dynamic_shapes():
         report = ragged.testing.check_compile(f, batches, backend="aot_eager", max_graphs=1)
     assert report.graphs == 1
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "causal"), [(2, 2, True), (4, 2, False), (4, 1, True)]
+)
+def test_sdpa_in_the_head_first_layout(heads: int, kv_heads: int, causal: bool) -> None:
+    """``(B, H, L*, Dh)`` from ``transpose(1, 2)`` of ``(B, L*, H, Dh)``, grouped-query heads."""
+    generator = torch.Generator().manual_seed(heads * 10 + kv_heads)
+    stored = {
+        name: [torch.randn(n, h, 4, dtype=torch.float64, generator=generator) for n in LENGTHS]
+        for name, h in (("q", heads), ("k", kv_heads), ("v", kv_heads))
+    }
+    q, k, v = (ragged.array(stored[n]).transpose(1, 2) for n in ("q", "k", "v"))
+    gqa = heads != kv_heads
+    got = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa, scale=0.3)
+    assert got.shape[1] == heads and got.order == q.order
+    values = got.transpose(1, 2)
+    for b in range(len(LENGTHS)):
+        one = [stored[n][b].transpose(0, 1)[None] for n in ("q", "k", "v")]
+        expected = F.scaled_dot_product_attention(
+            *one, is_causal=causal, enable_gqa=gqa, scale=0.3
+        )[0]
+        torch.testing.assert_close(values[b], expected.transpose(0, 1))
+    if gqa:
+        with pytest.raises(ValueError, match=r"unless enable_gqa=True"):
+            F.scaled_dot_product_attention(q, k, v)

@@ -413,18 +413,21 @@ def test_inner_axis_reshapes() -> None:
     torch.testing.assert_close(torch.flatten(x), x.values.reshape(-1))
     pair = ragged.outer(x[..., 0, 0], x[..., 0, 0])
     ragged.testing.assert_close(pair.transpose(1, 2), ragged.transpose(pair))
-    with pytest.raises(TypeError, match=r"^RaggedArray\.transpose: `dim` 1 moves the batch"):
-        x.transpose(1, 2)
-    with pytest.raises(TypeError, match=r"^torch\.unflatten: `dim` 1 is the batch or a ragged"):
-        torch.unflatten(x, 1, (1, 2))
-    with pytest.raises(TypeError, match=r"^torch\.flatten: `dim` 1 is the batch or a ragged axis"):
+    with pytest.raises(
+        TypeError, match=r"^RaggedArray\.transpose: `dims` \(1, 0, 2, 3\) moves the batch"
+    ):
+        x.transpose(1, 0)
+    with pytest.raises(
+        TypeError,
+        match=r"^torch\.flatten: `start_dim`..`end_dim` \(1..-1\) is the batch or a ragged axis",
+    ):
         torch.flatten(x, 1)
 
 
 def test_tensor_style_properties() -> None:
     x = lengths_ragged([2, 0, 3])
     assert x.size() == x.shape and x.size(0) == 3 and x.size(-1) == 3
-    assert x.size(1).tolist() == [2, 0, 3]
+    assert x.size(1).lengths.tolist() == [2, 0, 3] and x.size(1) is not x.size(1) == x.size(1)
     assert x.dim() == x.ndimension() == 3
     assert x.numel() == x.nelement() == torch.numel(x) == 15
     assert x.is_floating_point() and torch.is_floating_point(x) and not x.long().is_floating_point()
@@ -566,7 +569,7 @@ def test_unknown_functions_name_the_nearest_ragged_functions() -> None:
         (
             lambda x: nn.MultiheadAttention(3, 1, batch_first=True)(x, x, x),
             TypeError,
-            "RaggedArray.transpose: `dim` 1 moves the batch or a ragged axis, which RaggedArrays keep in front; torch modules that transpose batch and sequence (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.LSTM) do not take RaggedArrays: use ragged.nn (RaggedMultiheadAttention, RaggedTransformerEncoderLayer) or ragged.attention; ragged.transpose swaps the two ragged axes of a pair map.",
+            "RaggedArray.transpose: `dims` (1, 0, 2) moves the batch axis, which stays first on a RaggedArray (its segments are the rows of the batch); sequence-first code such as nn.MultiheadAttention's `query.transpose(1, 0)` is refused: use ragged.nn.RaggedMultiheadAttention or ragged.attention.",
         ),
         (
             lambda x: nn.MultiheadAttention(3, 1)(x, x, x),
@@ -576,7 +579,7 @@ def test_unknown_functions_name_the_nearest_ragged_functions() -> None:
         (
             lambda x: nn.TransformerEncoderLayer(3, 1, 8, batch_first=True)(x),
             TypeError,
-            "RaggedArray.transpose: `dim` 1 moves the batch or a ragged axis, which RaggedArrays keep in front; torch modules that transpose batch and sequence (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.LSTM) do not take RaggedArrays: use ragged.nn (RaggedMultiheadAttention, RaggedTransformerEncoderLayer) or ragged.attention; ragged.transpose swaps the two ragged axes of a pair map.",
+            "RaggedArray.transpose: `dims` (1, 0, 2) moves the batch axis, which stays first on a RaggedArray (its segments are the rows of the batch); sequence-first code such as nn.MultiheadAttention's `query.transpose(1, 0)` is refused: use ragged.nn.RaggedMultiheadAttention or ragged.attention.",
         ),
         (
             lambda x: nn.TransformerEncoderLayer(3, 1, 8).eval()(x),
@@ -634,7 +637,14 @@ EXPLICIT_FNS = [
     torch.unsqueeze,
     torch.squeeze,
     torch.flatten,
+    torch.swapdims,
+    torch.permute,
+    torch.movedim,
+    torch.moveaxis,
+    torch.reshape,
     torch.unflatten,
+    torch.split,
+    torch.chunk,
     torch.numel,
     torch.is_floating_point,
     torch.unbind,
@@ -656,7 +666,18 @@ EXPLICIT_METHODS = [
     "unsqueeze",
     "squeeze",
     "flatten",
+    "swapdims",
+    "permute",
+    "movedim",
+    "moveaxis",
+    "view",
+    "reshape",
+    "view_as",
+    "reshape_as",
     "unflatten",
+    "split",
+    "chunk",
+    "expand",
     "size",
     "dim",
     "ndimension",
@@ -712,9 +733,27 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
         torch.flatten(x),
         q.flatten(2),
         torch.flatten(x[..., None], 2),
-        torch.unflatten(x, -1, (3, 1)),
-        x.unflatten(2, (1, 3)),
-        x.size(1),
+        x.size(1).lengths,
+        torch.swapdims(x[..., None], 2, 3),
+        x[..., None].swapdims(2, 3),
+        torch.permute(x[..., None], (0, 2, 1, 3)),
+        x.permute(0, 2, 1),
+        torch.movedim(x, 1, 2),
+        torch.moveaxis(x, 2, 1),
+        x.movedim(2, 1),
+        x.moveaxis(1, 2),
+        torch.reshape(x, (x.size(0), x.size(1), 3, 1)),
+        x.view(*x.shape[:-1], 1, 3),
+        x.reshape(*x.shape[:-1], -1, 1),
+        x.view_as(y),
+        x.reshape_as(y),
+        torch.unflatten(x, 2, (3, 1)),
+        x.unflatten(-1, (1, 3)),
+        torch.split(x, 1, dim=2),
+        x.split([1, 2], dim=2),
+        torch.chunk(x, 3, 2),
+        x.chunk(3, dim=-1),
+        x[..., :1].expand(-1, -1, 3),
         x.size()[0] + x.dim() + x.ndimension() + x.numel() + torch.numel(x),
         x.nelement() + int(x.is_floating_point()) + int(torch.is_floating_point(x)),
         x.cpu(),

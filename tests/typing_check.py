@@ -15,7 +15,7 @@ from typing_extensions import assert_type
 import ragged
 import ragged.data
 import ragged.nn
-from ragged import RaggedArray, RaggedShape
+from ragged import RaggedArray, RaggedShape, RaggedSize
 
 x = ragged.array([[1.0, 2.0], [3.0]])
 
@@ -39,7 +39,7 @@ assert_type(x.exp(), RaggedArray)
 assert_type(x.float(), RaggedArray)
 assert_type(x.softmax(1), RaggedArray)
 assert_type(x.size(), RaggedShape)
-assert_type(x.size(1), int | Tensor)
+assert_type(x.size(1), int | RaggedSize)
 assert_type(x.dim(), int)
 
 # Collation and ragged.nn layers.

@@ -446,7 +446,7 @@ def render_tensor_methods() -> str:
         "",
         "if TYPE_CHECKING:",
         "    from ._array import RaggedArray",
-        "    from ._shape import RaggedShape",
+        "    from ._shape import RaggedShape, RaggedSize",
         "",
         "",
         "class TensorMethods:",

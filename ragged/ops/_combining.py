@@ -401,9 +401,6 @@ def _sizes_arg(func: Func, sizes: Any, num: int) -> list[int]:
     "combining",
     rule=NEW,
     args="x: ragged, sizes: sizes",
-    torch=(torch.split,),
-    methods=("split",),
-    torch_args="tensor->x, split_size_or_sections->sizes, dim=0",
 )
 def split(x: RaggedArray, sizes: int | Sequence[int]) -> tuple[RaggedArray, ...]:
     """Split the batch axis into consecutive groups of segments.

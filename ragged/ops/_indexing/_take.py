@@ -421,12 +421,3 @@ refuse(
     hint="ragged.take(x, indices, axis) takes rows within each segment",
     see=("ragged.take",),
 )
-refuse(
-    torch.reshape,
-    torch.permute,
-    torch.movedim,
-    family="indexing",
-    hint="the ragged axis has per-segment sizes; reshape the rows with ragged.map(lambda v: "
-    "v.reshape(...), x)",
-    see=("ragged.map",),
-)

@@ -19,6 +19,7 @@ from ..._axes import normalize_axis
 from ..._partition import Partition, RowPartition
 from ..._registry import refuse
 from ..._torch_args import refuse_out
+from ..._versions import check_unchanged
 from .. import _elementwise as ew
 from .._attention import attention
 from .._combining import concat
@@ -27,7 +28,7 @@ from .._reductions._logical import argmax, argmin
 from .._reductions._reduce import amax, amin
 from .._reductions._statistics import norm
 from .._sorting import argsort, sort, topk
-from ._spelling import torch_handler
+from ._spelling import display_name, torch_handler
 
 
 def _extremum(ops: tuple[Any, Any, Any, Any], x: Any, dim: Any, keepdim: bool, other: Any) -> Any:
@@ -303,8 +304,9 @@ def pair_bias(mask: Any, dtype: torch.dtype) -> RaggedArray:
     meaning="torch's layout `(B, L*, E)` (one head): attention within each segment (keys "
     "and values of another partition: cross-attention); `is_causal`, `scale`, `dropout_p` "
     "as torch; `attn_mask` a RaggedArray pair map `(B, Lq*, Lk*)`, boolean or additive; "
-    "heads: `ragged.attention` `(B, L*, H, Dh)`",
+    "heads: torch's `(B, H, L*, Dh)` (`enable_gqa`: fewer key/value heads)",
     see=("ragged.attention",),
+    checks=True,
 )
 def _sdpa(
     query: Any,
@@ -317,6 +319,17 @@ def _sdpa(
     enable_gqa: bool = False,
 ) -> RaggedArray:
     arrays = (query, key, value)
+    if not torch.compiler.is_compiling():  # the door's checks, on the storage order
+        for name, a in zip(
+            ("query", "key", "value", "attn_mask"), (*arrays, attn_mask), strict=True
+        ):
+            if isinstance(a, RaggedArray):
+                stored = a.transpose(1, 2) if a.ndim == 4 and a.order == (2, 1, 3) else a
+                check_unchanged(
+                    display_name(F.scaled_dot_product_attention), stored, names=(name, "")
+                )
+    if all(isinstance(a, RaggedArray) and a.ndim == 4 and a.order == (2, 1, 3) for a in arrays):
+        return _sdpa_heads(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if not all(isinstance(a, RaggedArray) and a.ndim == 3 for a in arrays):
         got = ", ".join(
             f"{a.ndim} axes" if isinstance(a, RaggedArray) else type(a).__name__ for a in arrays
@@ -328,6 +341,32 @@ def _sdpa(
     q, k, v = (RaggedArray(a.values[:, None], a.partition) for a in arrays)
     out = attention(q, k, v, causal=is_causal, scale=scale, bias=bias, dropout_p=dropout_p or None)
     return RaggedArray(out.values[:, 0], query.partition, query.axes)
+
+
+def _sdpa_heads(
+    query: RaggedArray,
+    key: RaggedArray,
+    value: RaggedArray,
+    attn_mask: Any,
+    dropout_p: float | None,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> RaggedArray:
+    """SDPA in the head-first layout ``(B, H, L*, Dh)``: ``ragged.attention`` on the storage
+    order ``(B, L*, H, Dh)`` (``transpose(1, 2)``: metadata only), and back."""
+    q, k, v = (a.transpose(1, 2) for a in (query, key, value))
+    heads, kv_heads = q.values.shape[1], k.values.shape[1]
+    if kv_heads != heads and not enable_gqa:
+        raise ValueError(
+            f"`key` must have the heads of `query` ({heads}) unless enable_gqa=True, got "
+            f"{kv_heads}."
+        )
+    bias = None if attn_mask is None else pair_bias(attn_mask, query.dtype)
+    if bias is not None and heads != 1:
+        bias = RaggedArray(bias.values.expand(-1, heads), bias.partition)
+    out = attention(q, k, v, causal=is_causal, scale=scale, bias=bias, dropout_p=dropout_p or None)
+    return out.transpose(1, 2)
 
 
 # The sorting and attention functions of torch that RaggedArrays refuse (beside their handlers).

@@ -1,8 +1,8 @@
 """``nn.RNN``, ``nn.GRU`` and ``nn.LSTM`` on ``(B, L*, C)`` RaggedArrays, through packed sequences.
 
 The modules call ``torch.rnn_tanh`` / ``torch.rnn_relu`` / ``torch.gru`` / ``torch.lstm``
-(``torch._VF``) with the RaggedArray as ``input``; the handlers below pack it
-(``ragged.to_packed_sequence``), call the packed overload, and return the output as a
+(``torch._VF``) with the RaggedArray as ``input``; the handlers below pack it (as
+``ragged.to_packed_sequence`` does), call the packed overload, and return the output as a
 RaggedArray with the input's partition and the last states in the input's segment order, as
 torch returns them for a batch of tensors. An initial state ``hx`` is in the input's order too.
 An empty segment takes no step: no output row, and its initial state as its last state.

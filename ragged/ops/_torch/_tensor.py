@@ -1,7 +1,8 @@
-"""Tensor-style handlers: inner-axis reshapes, properties and conversions, and losses.
+"""Tensor-style handlers: layouts and reshapes, properties and conversions, and losses.
 
-``transpose``/``swapaxes``, ``unsqueeze``, ``squeeze`` and ``flatten`` of inner axes (the batch
-and ragged axes stay in front); ``x.size()``, ``x.dim()``, ``numel``, ``cpu``/``cuda``,
+``transpose``/``permute``/``movedim`` (a ragged axis moves among the inner axes as metadata,
+``ragged._layout``), ``view``/``reshape``/``flatten``/``unflatten``/``squeeze``/``unsqueeze``/
+``expand``/``split``/``chunk`` of inner axes, wherever the ragged axes sit; ``x.size()``, ``x.dim()``, ``numel``, ``cpu``/``cuda``,
 ``type_as``, ``unbind``...; and torch's elementwise losses over every entry.
 """
 
@@ -12,80 +13,152 @@ from typing import Any, overload
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
 
+from ... import _layout as layout
 from ..._array import RaggedArray
 from ..._broadcast import align
 from ..._registry import torch_function
-from ..._shape import RaggedShape
+from ..._shape import RaggedShape, RaggedSize
+from ..._versions import check_unchanged
+from .._combining import split as ragged_split
 from .._pairs import transpose as pair_transpose
 from ._spelling import torch_handler
-
-# --- inner axes: transpose, unsqueeze, squeeze, flatten --------------------------------------
-
-MOVES_RAGGED = (
-    "moves the batch or a ragged axis, which RaggedArrays keep in front; torch modules that "
-    "transpose batch and sequence (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.LSTM) "
-    "do not take RaggedArrays: use ragged.nn (RaggedMultiheadAttention, "
-    "RaggedTransformerEncoderLayer) or ragged.attention; ragged.transpose swaps the two ragged "
-    "axes of a pair map"
-)
-
 
 RESHAPES_RAGGED = (
     "is the batch or a ragged axis, which has per-segment sizes; reshape the rows with "
     "ragged.map(lambda v: ..., x)"
 )
 
+# --- layouts and reshapes: transpose, permute, view, reshape, split... (ragged._layout) ------
 
-def _inner(x: RaggedArray, dim: Any, ndim: int | None = None, why: str = RESHAPES_RAGGED) -> int:
-    """``dim`` of ``x`` (of a result with ``ndim`` axes) as a dim of the values, which must be
-    an inner axis (else a TypeError that says ``why``)."""
-    n = x.ndim if ndim is None else ndim
-    if not isinstance(dim, int) or isinstance(dim, bool) or not -n <= dim < n:
-        raise ValueError(f"`dim` must be an int in [{-n}, {n}), got {dim!r}.")
-    position = dim % n
-    if position <= x.ragged_ndim:
-        raise TypeError(f"`dim` {dim} {why}.")
-    return position - x.ragged_ndim
+
+def _transpose_dims(x: RaggedArray, dim0: Any, dim1: Any) -> list[int]:
+    n = x.ndim
+    for dim in (dim0, dim1):
+        if isinstance(dim, bool) or not isinstance(dim, int) or not -n <= dim < n:
+            raise ValueError(f"`dim` must be an int in [{-n}, {n}), got {dim!r}.")
+    dims = list(range(n))
+    dims[dim0 % n], dims[dim1 % n] = dims[dim1 % n], dims[dim0 % n]
+    return dims
 
 
 @torch_handler(
     torch.transpose,
     torch.swapaxes,
-    methods=("transpose", "swapaxes"),
+    torch.swapdims,
+    methods=("transpose", "swapaxes", "swapdims"),
     family="indexing",
-    meaning="swaps two inner axes (the ragged axes of a pair map: `ragged.transpose`); the "
-    "batch and ragged axes stay in front",
+    meaning="swaps two axes other than the batch axis, without a copy: a ragged axis moves "
+    "among the inner ones as metadata (`(B, L*, H, D).transpose(1, 2)` is `(B, H, L*, D)`); the "
+    "two ragged axes of a pair map: `ragged.transpose`",
     see=("ragged.transpose",),
+    checks=True,
 )
 def _transpose(input: RaggedArray, dim0: int, dim1: int) -> RaggedArray:
-    if {dim0 % input.ndim, dim1 % input.ndim} == {1, 2} and input.ragged_ndim == 2:
+    dims = _transpose_dims(input, dim0, dim1)
+    if (
+        input.ragged_ndim == 2
+        and input.order is None
+        and sorted(dims[1:3]) == [1, 2]
+        and dims[1] == 2
+    ):
         return pair_transpose(input)
-    a, b = _inner(input, dim0, why=MOVES_RAGGED), _inner(input, dim1, why=MOVES_RAGGED)
-    return input.with_values(input.values.transpose(a, b), axes=_swapped(input.axes, a, b, input))
+    return layout.permute(None, input, dims)
 
 
-def _swapped(names: Any, a: int, b: int, x: RaggedArray) -> Any:
-    if names is None:
-        return None
-    out = list(names)
-    i, j = a + x.ragged_ndim, b + x.ragged_ndim
-    out[i], out[j] = out[j], out[i]
-    return tuple(out)
+@torch_handler(
+    torch.permute,
+    methods=("permute",),
+    family="indexing",
+    meaning="reorders the axes after the batch axis without a copy (the ragged axes keep their "
+    "relative order)",
+    checks=True,
+)
+def _permute(input: RaggedArray, *dims: Any) -> RaggedArray:
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    return layout.permute(None, input, dims)
+
+
+@torch_handler(
+    torch.movedim,
+    torch.moveaxis,
+    methods=("movedim", "moveaxis"),
+    family="indexing",
+    meaning="moves axes after the batch axis without a copy, as `permute`",
+    checks=True,
+)
+def _movedim(input: RaggedArray, source: Any, destination: Any) -> RaggedArray:
+    n = input.ndim
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    if len(src) != len(dst):
+        raise ValueError(f"`source` and `destination` must have the same length, got {src}, {dst}.")
+    src = [layout.logical_dim(None, d, n) for d in src]
+    dst = [layout.logical_dim(None, d, n) for d in dst]
+    rest = iter(d for d in range(n) if d not in src)
+    out: list[Any] = [None] * n
+    for s, d in zip(src, dst, strict=True):
+        out[d] = s
+    return layout.permute(None, input, [next(rest) if d is None else d for d in out])
+
+
+def _shape_arg(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+        return tuple(shape[0])
+    return shape
+
+
+@torch_handler(
+    family="indexing",
+    meaning="a new shape for the inner axes between and around the ragged axes, which stay as "
+    "their own sizes (`x.view(B, T, h, d)` with `B, T, C = x.shape`); values viewed, no copy",
+    methods=("view",),
+    checks=True,
+)
+def _view(self: RaggedArray, *shape: Any) -> RaggedArray:
+    if len(shape) == 1 and isinstance(shape[0], torch.dtype):
+        return self.with_values(self.values.view(shape[0]))
+    return layout.reshape(None, self, _shape_arg(shape), view=True)
+
+
+@torch_handler(
+    torch.reshape,
+    methods=("reshape",),
+    family="indexing",
+    meaning="as `view`, copying the values when they cannot be viewed",
+    checks=True,
+)
+def _reshape(input: RaggedArray, *shape: Any) -> RaggedArray:
+    return layout.reshape(None, input, _shape_arg(shape), view=False)
+
+
+@torch_handler(
+    family="indexing",
+    meaning="the array itself for `other`'s shape (`x.view_as(y)`, `x.reshape_as(y)`)",
+    methods=("view_as", "reshape_as"),
+    checks=True,
+)
+def _view_as(self: RaggedArray, other: Any) -> RaggedArray:
+    return layout.reshape(None, self, tuple(other.shape), view=False)
 
 
 @torch_handler(
     torch.unsqueeze,
     methods=("unsqueeze",),
     family="indexing",
-    meaning="a size-1 inner axis at `dim` (of the result)",
+    meaning="a size-1 axis at `dim` (of the result), anywhere after the batch axis",
     see=("RaggedArray.__getitem__",),
+    checks=True,
 )
 def _unsqueeze(input: RaggedArray, dim: int) -> RaggedArray:
     if input.axes is not None:
         raise ValueError("a named array needs a name for its new axis: use x[..., None] unnamed.")
-    return input.with_values(input.values.unsqueeze(_inner(input, dim, input.ndim + 1)))
+    d = layout.logical_dim(None, dim, input.ndim + 1)
+    if d == 0:
+        raise TypeError(f"`dim` {dim} {layout.MOVES_BATCH}.")
+    shape = list(input.shape)
+    return layout.reshape(None, input, [*shape[:d], 1, *shape[d:]], view=True)
 
 
 @torch_handler(
@@ -93,47 +166,121 @@ def _unsqueeze(input: RaggedArray, dim: int) -> RaggedArray:
     methods=("squeeze",),
     family="indexing",
     meaning="removes size-1 inner axes (all of them, or `dim`)",
+    checks=True,
 )
 def _squeeze(input: RaggedArray, dim: Any = None) -> RaggedArray:
-    nr = input.ragged_ndim
-    dims = range(nr + 1, input.ndim) if dim is None else dim if isinstance(dim, tuple) else (dim,)
-    inner = sorted({_inner(input, d) for d in dims})
-    drop = [d for d in inner if input.values.shape[d] == 1]
-    values = input.values.squeeze(tuple(drop)) if drop else input.values
-    names = input.axes
-    if names is not None:
-        names = tuple(n for i, n in enumerate(names) if i - nr not in drop)
-    return RaggedArray(values, input.partition, names)
+    n = input.ndim
+    dims = range(1, n) if dim is None else dim if isinstance(dim, (tuple, list)) else (dim,)
+    shape = list(input.shape)
+    drop = set()
+    for d in dims:
+        k = layout.logical_dim(None, d, n)
+        if k == 0 or isinstance(shape[k], RaggedSize):
+            if dim is None:
+                continue
+            raise TypeError(f"`dim` {d} {RESHAPES_RAGGED}.")
+        if shape[k] == 1:
+            drop.add(k)
+    if not drop:
+        return input
+    if input.axes is not None:
+        names = tuple(a for i, a in enumerate(input.axes) if i not in drop)
+        return input.rename(None).squeeze(tuple(drop)).rename(*names)
+    kept = [s for i, s in enumerate(shape) if i not in drop]
+    return layout.reshape(None, input, kept, view=True)
 
 
 @torch_handler(
     torch.flatten,
     methods=("flatten",),
     family="indexing",
-    meaning="flattens inner axes `start_dim..end_dim`; all axes (the default): every entry in "
-    "order, a dense 1-D tensor (`x.values.reshape(-1)`)",
+    meaning="flattens axes `start_dim..end_dim` (inner axes: no copy); all axes (the default): "
+    "every entry in order, a dense 1-D tensor (`x.values.reshape(-1)`)",
+    checks=True,
 )
 def _flatten(input: RaggedArray, start_dim: int = 0, end_dim: int = -1) -> Any:
     n = input.ndim
-    every = isinstance(start_dim, int) and isinstance(end_dim, int)
-    if every and start_dim % n == 0 and end_dim % n == n - 1:
+    a = layout.logical_dim(None, start_dim, n, "start_dim")
+    b = layout.logical_dim(None, end_dim, n, "end_dim")
+    if a == 0 and b == n - 1 and input.order is None:
         return input.values.reshape(-1)
-    a, b = _inner(input, start_dim), _inner(input, end_dim)
-    names = None if input.axes is not None and a != b else input.axes
-    return RaggedArray(input.values.flatten(a, b), input.partition, names)
+    shape = list(input.shape)
+    if a == 0 or any(isinstance(s, RaggedSize) for s in shape[a : b + 1]):
+        raise TypeError(f"`start_dim`..`end_dim` ({start_dim}..{end_dim}) {RESHAPES_RAGGED}.")
+    if a >= b:
+        return input
+    return layout.reshape(None, input, [*shape[:a], -1, *shape[b + 1 :]], view=False)
 
 
 @torch_handler(
     torch.unflatten,
     methods=("unflatten",),
     family="indexing",
-    meaning="splits inner axis `dim` into `sizes` (`ragged.unflatten` adds a ragged level instead)",
-    see=("ragged.unflatten",),
+    meaning="splits an inner axis into `sizes`",
+    checks=True,
 )
 def _unflatten(input: RaggedArray, dim: int, sizes: Any) -> RaggedArray:
-    if input.axes is not None:
-        raise ValueError("a named array needs names for its new axes: use x.rename(None) first.")
-    return input.with_values(input.values.unflatten(_inner(input, dim), sizes))
+    d = layout.logical_dim(None, dim, input.ndim)
+    shape = list(input.shape)
+    if d == 0 or isinstance(shape[d], RaggedSize):
+        raise TypeError(f"`dim` {dim} {RESHAPES_RAGGED}.")
+    new = [*shape[:d], *sizes, *shape[d + 1 :]]
+    return layout.reshape(None, input, new, view=False)
+
+
+def _split_inner(fn: Any, input: RaggedArray, pieces: Any, dim: int, chunk: bool) -> Any:
+    vd = layout.storage_dim(fn, input, dim)
+    parts = input.values.chunk(pieces, vd) if chunk else input.values.split(pieces, vd)
+    return tuple(RaggedArray._trusted(v, input.partition, input.axes, input.order) for v in parts)
+
+
+@torch_handler(
+    torch.split,
+    methods=("split",),
+    family="combining",
+    meaning="`dim=0`: groups of segments (`ragged.split`); an inner `dim` "
+    "(`x.split(C, dim=2)`): views of the values along that axis",
+    see=("ragged.split",),
+    checks=True,
+)
+def _split(tensor: RaggedArray, split_size_or_sections: Any, dim: int = 0) -> Any:
+    if isinstance(dim, int) and dim % max(tensor.ndim, 1) == 0:
+        check_unchanged("torch.split", tensor, names=("tensor", ""))
+        return ragged_split(tensor, split_size_or_sections)
+    return _split_inner(None, tensor, split_size_or_sections, dim, chunk=False)
+
+
+@torch_handler(
+    torch.chunk,
+    methods=("chunk",),
+    family="combining",
+    meaning="`chunks` views of the values along an inner `dim`",
+    checks=True,
+)
+def _chunk(input: RaggedArray, chunks: int, dim: int = 0) -> Any:
+    return _split_inner(None, input, chunks, dim, chunk=True)
+
+
+@torch_handler(
+    family="indexing",
+    meaning="broadcasts size-1 inner axes to `sizes` (-1, the batch size and the array's own "
+    "ragged sizes keep an axis)",
+    methods=("expand",),
+    checks=True,
+)
+def _expand(self: RaggedArray, *sizes: Any) -> RaggedArray:
+    sizes = _shape_arg(sizes)
+    shape = list(self.shape)
+    if len(sizes) != len(shape):
+        raise ValueError(f"`sizes` must have {len(shape)} entries (no new axes), got {sizes}.")
+    order = layout.logical_order(self)
+    lead = self.values.dim() - (self.ndim - self.ragged_ndim)
+    target = list(self.values.shape)
+    for d, (want, have) in enumerate(zip(sizes, shape, strict=True)):
+        if d == 0 or isinstance(have, RaggedSize) or (isinstance(want, int) and want == -1):
+            continue
+        target[lead + order[d - 1] - self.ragged_ndim] = want
+    return RaggedArray._trusted(self.values.expand(target), self.partition, self.axes, self.order)
 
 
 # --- Tensor-style properties and conversions ----------------------------------------------------
@@ -142,16 +289,17 @@ def _unflatten(input: RaggedArray, dim: int, sizes: Any) -> RaggedArray:
 @overload
 def _size(self: RaggedArray, dim: None = None) -> RaggedShape: ...
 @overload
-def _size(self: RaggedArray, dim: int) -> int | Tensor: ...
+def _size(self: RaggedArray, dim: int) -> int | RaggedSize: ...
 @torch_function(
     family="tensor",
-    meaning="`x.size()`: the RaggedShape; `x.size(d)`: an int, or the lengths of a ragged axis",
+    meaning="`x.size()`: the RaggedShape, a tuple; `x.size(d)`: an int, or the RaggedSize of a "
+    "ragged axis",
     methods=("size",),
     see=("RaggedArray.shape",),
     grad=False,
 )
 def _size(self: RaggedArray, dim: int | None = None) -> Any:
-    return self.shape if dim is None else self.shape[dim]
+    return self.shape if dim is None else self.shape[layout.logical_dim(None, dim, self.ndim)]
 
 
 @torch_function(
@@ -240,15 +388,15 @@ def _type_as(self: RaggedArray, other: Any) -> RaggedArray:
 @torch_function(
     torch.unbind,
     family="indexing",
-    meaning="`dim=0`: the segments, as `x.unbind()`",
+    meaning="`dim=0`: the segments, as `x.unbind()`; an inner `dim`: one array per index",
     see=("ragged.unbind",),
     grad=True,
     compile=False,
 )
 def _unbind(input: RaggedArray, dim: int = 0) -> tuple[Any, ...]:
-    if dim != 0:
-        raise ValueError(f"`dim` must be 0 (the batch axis) on a RaggedArray, got {dim}.")
-    return input.unbind()
+    if layout.logical_dim(None, dim, input.ndim) == 0:
+        return input.unbind()
+    return layout.unbind_dim(None, input, dim)
 
 
 # --- losses: elementwise over all entries -------------------------------------------------------

@@ -1,0 +1,121 @@
+"""Layouts (the ragged axis anywhere after the batch axis) and shapes (RaggedShape, RaggedSize).
+
+Every result is compared with the same torch call on each segment (``x.unbind()``: the dense
+segments, in the logical order of the axes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import ragged
+import ragged.testing
+from ragged._shape import RaggedSize
+
+LENGTHS = [5, 1, 0, 3]
+
+
+def make(*inner: int, lengths: list[int] = LENGTHS, seed: int = 0) -> ragged.RaggedArray:
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.randn(sum(lengths), *inner, generator=gen, dtype=torch.float64)
+    return ragged.from_lengths(values, lengths)
+
+
+def per_segment(out: ragged.RaggedArray, x: ragged.RaggedArray, fn: Any) -> None:
+    """``out`` is ``fn`` applied to each segment of ``x`` (``fn`` sees a segment's axes, the
+    batch axis removed, and ``d + 1`` in ``x``'s dims is ``d`` in the segment's)."""
+    got = out.unbind()
+    want = [fn(s) for s in x.unbind()]
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize(
+    ("call", "segment_call"),
+    [
+        (lambda x: x.transpose(1, 2), lambda s: s.transpose(0, 1)),
+        (lambda x: x.transpose(-1, 1), lambda s: s.transpose(-1, 0)),
+        (lambda x: torch.transpose(x, 2, 1), lambda s: s.transpose(1, 0)),
+        (lambda x: x.swapaxes(1, 3), lambda s: s.swapaxes(0, 2)),
+        (lambda x: x.permute(0, 2, 3, 1), lambda s: s.permute(1, 2, 0)),
+        (lambda x: torch.permute(x, (0, 3, 1, 2)), lambda s: s.permute(2, 0, 1)),
+        (lambda x: x.movedim(1, -1), lambda s: s.movedim(0, -1)),
+        (lambda x: torch.moveaxis(x, (1, 2), (3, 1)), lambda s: s.movedim((0, 1), (2, 0))),
+    ],
+)
+def test_permutes_share_storage_and_match_segments(call: Any, segment_call: Any) -> None:
+    x = make(2, 3)
+    y = call(x)
+    assert y.values.data_ptr() == x.values.data_ptr()  # no copy
+    assert y.partition is x.partition
+    per_segment(y, x, segment_call)
+    # back to the storage order: the same array
+    moved = list(segment_call(torch.empty(7, 2, 3)).shape)  # where each axis went
+    back = y.permute(0, *[1 + moved.index(size) for size in (7, 2, 3)])
+    assert back.order is None
+    per_segment(back, x, lambda s: s)
+
+
+def test_head_first_layout_is_metadata() -> None:
+    x = make(8)
+    B, T, C = x.shape
+    q = x.view(B, T, 2, 4).transpose(1, 2)  # (B, H, L*, Dh)
+    assert q.shape[1] == 2 and q.shape[2] is not T and q.shape[2] == T and q.shape[3] == 4
+    assert q.values.data_ptr() == x.values.data_ptr() and q.values.is_contiguous()
+    per_segment(q, x, lambda s: s.view(-1, 2, 4).transpose(0, 1))
+    y = q.transpose(1, 2).contiguous().view(B, T, C)
+    assert y.order is None
+    torch.testing.assert_close(y.values, x.values)
+
+
+def test_permuted_arrays_refuse_storage_order_ops() -> None:
+    q = make(2, 3).transpose(1, 2)
+    with pytest.raises(TypeError, match=r"^RaggedArray\.sum: `input` has its ragged axis moved"):
+        q.sum(-1)
+    with pytest.raises(TypeError, match=r"^ragged\.softmax: `x` has its ragged axis moved"):
+        ragged.softmax(q, -1)
+    with pytest.raises(TypeError, match=r"^RaggedArray\.transpose: `dims` \(1, 0, 2, 3\) moves"):
+        make(2, 3).transpose(0, 1)
+
+
+def test_two_level_layouts() -> None:
+    x = ragged.array([[[[1.0, 2.0]], [[3.0, 4.0], [5.0, 6.0]]], [[[7.0, 8.0]]]])  # (B, S*, T*, 2)
+    y = x.transpose(2, 3)  # (B, S*, 2, T*)
+    assert y.values.data_ptr() == x.values.data_ptr() and y.order == (1, 3, 2)
+    assert isinstance(y.shape[1], RaggedSize) and y.shape[2] == 2
+    with pytest.raises(TypeError, match="reorders the ragged axes"):
+        x.permute(0, 3, 2, 1)
+    z = y.transpose(2, 3)
+    ragged.testing.assert_close(z, x)
+
+
+def test_shape_is_a_tuple() -> None:
+    x = make(4, 6)
+    shape = x.shape
+    B, T, H, D = shape
+    assert isinstance(shape, tuple) and len(shape) == 4
+    assert (B, H, D) == (4, 4, 6) and shape[-1] == 6 and shape[-3] is T
+    assert shape[:-1] + (5,) == (4, T, 4, 5)  # noqa: RUF005  (the idiom under test)
+    assert x.size() == shape and x.size(-2) == 4 and x.size(1) == T
+    assert isinstance(shape[:2], tuple) and not isinstance(shape[:2], ragged.RaggedShape)
+    assert x.transpose(1, 3).shape == (4, 6, 4, T)
+
+
+def test_ragged_size_compares_as_nested_int() -> None:
+    x = make(3)
+    T = x.shape[1]
+    assert T > 1 and T >= 2 and T != 1 and T != 0 and not T < 2 and not T <= 1 and not T == 1  # noqa: SIM201
+    assert T == x.shape[1] and T == (x * 2).shape[1] and T != make(3).shape[1]  # noqa: SIM300
+    assert hash(T) == hash(x.shape[1])
+    for use in (lambda: int(T), lambda: range(T), lambda: [0][T], lambda: float(T)):
+        with pytest.raises(TypeError, match=r"^RaggedSize: .* one length per segment"):
+            use()
+    with pytest.raises(TypeError, match="depends on the lengths"):
+        _ = T > 2
+    with pytest.raises(TypeError, match="with ints only"):
+        _ = T > T
+    torch.testing.assert_close(T.lengths, x.lengths)
