@@ -1,15 +1,20 @@
 """The project's rules for the shape of its code, checked on every run (docs/contributing.md):
-modules stay under 500 lines, and a helper shared across modules has a public name (no
-``from ._x import _helper`` of an underscored name from another module)."""
+modules stay under 500 lines, a helper shared across modules has a public name (no
+``from ._x import _helper`` of an underscored name from another module), and the package holds
+no dead code (vulture, over the package and everything that calls it)."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "ragged"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "ragged"
 MAX_LINES = 500
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
@@ -77,3 +82,25 @@ def test_the_private_import_check_can_fail(
     module.write_text(source)
     found = [line.rsplit(": ", 1)[1] for line in _imported_private_names(module, package)]
     assert found == expected
+
+
+# What vulture cannot see used: autograd.Function and torch.func hooks torch calls by name, and
+# functions registered by a decorator (ops, torch handlers, overloads, tests).
+VULTURE_IGNORED_NAMES = "setup_context,backward,jvp,forward,vmap,_"
+VULTURE_IGNORED_DECORATORS = (
+    "@op,@public,@torch_handler,@torch_function,@register*,@*.register*,@property,"
+    "@staticmethod,@overload,@pytest.*,@given,@settings"
+)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vulture") is None, reason="vulture is not installed")
+def test_no_dead_code_in_the_package() -> None:
+    # Usage counts from the tests, benchmarks, tools and examples too: a public helper that only
+    # they call is API, not dead code. Only findings inside ragged/ fail.
+    paths = ["ragged", "tests", "benchmarks", "tools", "examples", "docs/griffe_doctests.py"]
+    command = [sys.executable, "-m", "vulture", *paths, "--min-confidence", "60"]
+    command += ["--ignore-names", VULTURE_IGNORED_NAMES]
+    command += ["--ignore-decorators", VULTURE_IGNORED_DECORATORS]
+    found = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    dead = [line for line in found.stdout.splitlines() if line.startswith("ragged")]
+    assert not dead, "dead code in ragged/ (remove it, or say why it is used):\n" + "\n".join(dead)
