@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ._array import RaggedArray
     from ._partition import Partition
 
-__all__ = ["check_unchanged", "refuse_permuted", "stamp"]
+__all__ = ["PermutedLayoutError", "check_unchanged", "refuse_permuted", "stamp"]
 
 _is_compiling = torch.compiler.is_compiling
 Parameter = torch.nn.Parameter  # a plain tensor for the version checks (other subclasses: tracing)
@@ -65,11 +65,16 @@ def _moved(partition: Partition) -> bool:
     return recorded is not None and sum(map(_version, partition._watch)) != recorded
 
 
+class PermutedLayoutError(TypeError):
+    """An op that works on the storage order only was given a permuted array
+    (``ragged._layout``); the pointwise ops catch it and run on the storage order."""
+
+
 def refuse_permuted(func: Func, name: str) -> TypeError:
     """The error of an op that works on the storage order only, given a permuted array
     (``ragged._layout``)."""
     prefix = "" if func is None else f"{name_of(func)}: "
-    return TypeError(
+    return PermutedLayoutError(
         f"{prefix}`{name}` has its ragged axis moved (a permuted layout, e.g. from "
         "x.transpose(1, 2)), which this op does not take; move the axes back first (for "
         "example x.transpose(1, 2) again), or use the Tensor-style reshapes and pointwise ops, "

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ... import _array, _registry
+from ... import _array, _layout, _registry
 from ..._array import RaggedArray
 from ..._torch_args import refuse_out
 from ..._versions import check_unchanged
@@ -119,8 +119,15 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
                 table[fn] = _refused(fn, entry.hint)
             else:
                 handler = entry.handler if entry.checks else guarded(entry.handler, fn)
-                table[fn] = _renaming(handler, fn) if entry.handler in _RENAMING else handler
+                handler = _renaming(handler, fn) if entry.handler in _RENAMING else handler
+                table[fn] = _lifted(entry, handler)
     return table
+
+
+def _lifted(entry: Any, handler: Callable[..., Any]) -> Callable[..., Any]:
+    """The elementwise handlers take permuted arrays too (``ragged._layout.pointwise``)."""
+    casts = set(entry.methods) & set(_pointwise.DTYPES)
+    return _layout.pointwise(handler) if entry.family == "elementwise" or casts else handler
 
 
 def method_table() -> dict[str, Callable[..., Any]]:
@@ -138,7 +145,7 @@ def method_table() -> dict[str, Callable[..., Any]]:
                 handler = guarded(handler, label)
             if entry.handler in _RENAMING:
                 handler = _renaming(handler, label)
-            table[name] = handler
+            table[name] = _lifted(entry, handler)
     return table
 
 
