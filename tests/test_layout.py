@@ -119,3 +119,20 @@ def test_ragged_size_compares_as_nested_int() -> None:
     with pytest.raises(TypeError, match="with ints only"):
         _ = T > T
     torch.testing.assert_close(T.lengths, x.lengths)
+
+
+def test_pointwise_ops_take_permuted_arrays() -> None:
+    x = make(2, 3)
+    y = x.transpose(1, 3)  # (B, 3, 2, L*)
+    for out, fn in [
+        (torch.exp(y) * 2 - y, lambda s: torch.exp(s) * 2 - s),
+        (y.float() > 0, lambda s: s.float() > 0),
+        (torch.where(y > 0, y, -y), lambda s: torch.where(s > 0, s, -s)),
+        (-abs(y) + 1.0, lambda s: -abs(s) + 1.0),
+    ]:
+        assert out.order == y.order
+        per_segment(out, y, fn)
+    with pytest.raises(TypeError, match="has its ragged axis moved"):
+        _ = y + torch.ones(5)  # a dense operand would line up with the storage axes
+    with pytest.raises(TypeError, match="has its ragged axis moved"):
+        _ = y + x.transpose(1, 2)  # another layout

@@ -112,7 +112,7 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
     table: dict[Any, Callable[..., Any]] = {None: _unsupported}
     for spec in _registry.ops():
         for fn in spec.torch:
-            table[fn] = spelled(spec.obj, spec.torch_signature(fn), fn)
+            table[fn] = _lifted(spec, spelled(spec.obj, spec.torch_signature(fn), fn))
     for entry in _registry.torch_functions():
         for fn in entry.fns:
             if entry.handler is None:
@@ -135,7 +135,8 @@ def method_table() -> dict[str, Callable[..., Any]]:
     table: dict[str, Callable[..., Any]] = {}
     for spec in _registry.ops():
         for name in spec.methods:
-            table[name] = spelled(spec.obj, spec.torch_signature(None), f"RaggedArray.{name}")
+            method = spelled(spec.obj, spec.torch_signature(None), f"RaggedArray.{name}")
+            table[name] = _lifted(spec, method)
     for entry in _registry.torch_functions():
         for name in entry.methods:
             handler = entry.handler
