@@ -255,3 +255,25 @@ def _on_storage(handler: Any, refusal: Exception, args: Any, kwargs: dict[str, A
         return value
 
     return tuple(map(restore, out)) if isinstance(out, tuple) else restore(out)
+
+
+def new_filled(x: RaggedArray, size: Sequence[Any], fill: Any, **options: Any) -> Any:
+    """``x.new_full(size, fill)``: a dense tensor for a dense ``size``; a RaggedArray of the
+    partition of ``size``'s RaggedSize entries (from one array's shape) otherwise."""
+    size = tuple(size)
+    ragged = [s for s in size if isinstance(s, RaggedSize)]
+    if not ragged:
+        return x.values.new_full(size, fill, **options)
+    partition = ragged[0].partition
+    source = type(x)._trusted(x.values, partition, None)  # only its partition is read
+    groups = _groups(None, source, size)
+    inner = [s for group in groups for s in group]
+    values = x.values.new_full((partition.num_values, *inner), fill, **options)
+    order, inner_at = [], len(ragged) + 1
+    for k, group in enumerate(groups):
+        for _ in group:
+            order.append(inner_at)
+            inner_at += 1
+        if k < len(ragged):
+            order.append(k + 1)
+    return build(source, values, None, order)

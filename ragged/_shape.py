@@ -47,6 +47,11 @@ class RaggedSize:
         return self._partition.levels[self._level].lengths
 
     @property
+    def partition(self) -> Partition:
+        """The partition this axis belongs to."""
+        return self._partition
+
+    @property
     def level(self) -> int:
         """Which ragged axis of its partition (0: the first)."""
         return self._level

@@ -83,7 +83,12 @@ def refuse_permuted(func: Func, name: str) -> TypeError:
 
 
 def check_unchanged(
-    func: Func, x: RaggedArray, y: RaggedArray | None = None, names: tuple[str, str] = ("x", "y")
+    func: Func,
+    x: RaggedArray,
+    y: RaggedArray | None = None,
+    names: tuple[str, str] = ("x", "y"),
+    *,
+    any_layout: bool = False,
 ) -> None:
     """Raise if ``x`` (or ``y``) was edited in place since it was built.
 
@@ -99,7 +104,7 @@ def check_unchanged(
     Traceback (most recent call last):
     ValueError: ragged.f: `x` was modified in place after it was built (its partition's offsets, lengths or row ids were written); RaggedArrays are immutable: build a new array instead, e.g. x.with_values(new_values) for new values or ragged.from_lengths / ragged.from_offsets for a new partition.
     """
-    if x.order is not None or (y is not None and y.order is not None):
+    if not any_layout and (x.order is not None or (y is not None and y.order is not None)):
         # A permuted layout (ragged._layout): static metadata, so refused under compile too.
         raise refuse_permuted(func, names[0] if x.order is not None else names[1])
     if _is_compiling():

@@ -136,3 +136,25 @@ def test_pointwise_ops_take_permuted_arrays() -> None:
         _ = y + torch.ones(5)  # a dense operand would line up with the storage axes
     with pytest.raises(TypeError, match="has its ragged axis moved"):
         _ = y + x.transpose(1, 2)  # another layout
+
+
+def test_new_tensors_take_ragged_sizes() -> None:
+    x = make(2, 3)
+    q = x.transpose(1, 2)  # (B, 2, L*, 3)
+    for out, fill, logical in [
+        (x.new_zeros(x.shape[:-1] + (4,)), 0.0, (2, 4)),  # noqa: RUF005  (the idiom under test)
+        (x.new_ones(q.shape), 1.0, (2, 3)),
+        (x.new_full(q.shape, 2.5), 2.5, (2, 3)),
+        (x.new_full(x.shape, fill_value=-1.0), -1.0, (2, 3)),
+        (x.new_empty(x.shape), 0.0, (2, 3)),
+    ]:
+        assert out.partition is x.partition and out.dtype == x.dtype
+        assert [s for s in out.shape if not isinstance(s, RaggedSize)] == [4, *logical]
+        for segment, length in zip(out.unbind(), LENGTHS, strict=True):
+            sizes = [length if isinstance(s, RaggedSize) else s for s in out.shape[1:]]
+            torch.testing.assert_close(segment, torch.full(sizes, fill, dtype=x.dtype))
+    assert x.new_zeros(3, 4).shape == (3, 4) and x.new_full((2,), 1.0).shape == (2,)
+    other = make(1).shape[1]  # a size names its partition: the result is an array of it
+    assert x.new_zeros(4, other).partition is not x.partition
+    with pytest.raises(ValueError, match="ragged size of another array"):
+        x.new_zeros(4, x.shape[1], other)

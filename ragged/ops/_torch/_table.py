@@ -84,27 +84,31 @@ def guarded(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
     RaggedArray argument (also in a list or tuple) must be unchanged since it was built
     (``ragged._versions``; eager only). Handlers declared ``checks=True`` do this themselves."""
 
+    layouts = getattr(handler, "takes_layouts", False)  # ragged._layout: any order
+
     def checked(*args: Any, **kwargs: Any) -> Any:
         if kwargs and kwargs.get("out") is not None:
             refuse_out(display_name(fn), kwargs["out"])
         if not _is_compiling():
             for k, value in enumerate(args):
-                check_arguments(fn, _operand_name(k), value)
+                check_arguments(fn, _operand_name(k), value, layouts)
             for key, value in kwargs.items():
-                check_arguments(fn, key, value)
+                check_arguments(fn, key, value, layouts)
         return handler(*args, **kwargs)
 
     return checked
 
 
-def check_arguments(fn: Any, name: str, value: Any) -> None:
-    """Raise if ``value`` (a RaggedArray, or a list or tuple of them) was edited in place."""
+def check_arguments(fn: Any, name: str, value: Any, any_layout: bool = False) -> None:
+    """Raise if ``value`` (a RaggedArray, or a list or tuple of them) was edited in place (or
+    is in a permuted layout, unless ``any_layout``)."""
     if type(value) is RaggedArray:
-        check_unchanged(display_name(fn), value, names=(name, ""))
+        check_unchanged(display_name(fn), value, names=(name, ""), any_layout=any_layout)
     elif type(value) in (list, tuple):
         for k, item in enumerate(value):
             if type(item) is RaggedArray:
-                check_unchanged(display_name(fn), item, names=(f"{name}[{k}]", ""))
+                label = (f"{name}[{k}]", "")
+                check_unchanged(display_name(fn), item, names=label, any_layout=any_layout)
 
 
 def dispatch_table() -> dict[Any, Callable[..., Any]]:
