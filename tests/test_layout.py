@@ -158,3 +158,16 @@ def test_new_tensors_take_ragged_sizes() -> None:
     assert x.new_zeros(4, other).partition is not x.partition
     with pytest.raises(ValueError, match="ragged size of another array"):
         x.new_zeros(4, x.shape[1], other)
+
+
+def test_permuted_arrays_pickle_with_their_layout() -> None:
+    import pickle
+
+    q = make(2, 3).transpose(1, 3)
+    back = pickle.loads(pickle.dumps(q))
+    assert back.order == q.order and repr(back.shape) == repr(q.shape)
+    per_segment(back, q, lambda s: s)
+    assert pickle.loads(pickle.dumps(make(2))).order is None
+    fields = {"values": q.values, "partition": q.partition, "axes": None, "order": (1, 2, 3, 4)}
+    with pytest.raises(ValueError, match="`order` must be a layout"):
+        ragged._serialization.import_ragged_before_torch_load("RaggedArray", fields)
