@@ -127,3 +127,24 @@ def test_attention_idiom_chain_compiles_to_one_graph() -> None:
         for seed, lengths in enumerate([[5, 1, 9, 3], [2], [4, 4, 1, 7, 2, 6]])
     ]
     check_one_graph(hf_heads, batches, backend="aot_eager")
+
+
+def test_idioms_under_torch_func() -> None:
+    """grad through the head-first chain, and vmap over an ensemble of scales applied in the
+    permuted layout, agree with autograd and with a loop."""
+    x = ragged.from_lengths(_values(LENGTHS, C, 4), LENGTHS)
+
+    def loss(values: torch.Tensor) -> torch.Tensor:
+        return (hf_heads(x.with_values(values)).values ** 2).sum()
+
+    grad = torch.func.grad(loss)(x.values)
+    values = x.values.clone().requires_grad_()
+    (want,) = torch.autograd.grad(loss(values), values)
+    torch.testing.assert_close(grad, want)
+
+    def scaled(w: torch.Tensor) -> torch.Tensor:
+        q = x.view(*x.shape[:-1], NH, HS).transpose(1, 2) * w  # (B, H, L*, Dh)
+        return q.transpose(1, 2).reshape(*x.shape[:-1], -1).values.sum(0)
+
+    ws = torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64)
+    torch.testing.assert_close(torch.func.vmap(scaled)(ws), torch.stack([scaled(w) for w in ws]))
