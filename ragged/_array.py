@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from . import _convert, _format
+from . import _convert, _format, _layout
 from ._axes import AxisNames, check_names
 from ._errors import name_of, type_error, typename, value_error
 from ._partition import Partition, Pickled
@@ -373,8 +373,11 @@ class RaggedArray(Pickled, TensorMethods):
         """Nested Python lists, one per segment; see [`ragged.to_list`][ragged.to_list]."""
         return _convert.to_list(self)
 
-    def unbind(self) -> tuple[Any, ...]:
-        """The segments as a tuple of tensors; see [`ragged.unbind`][ragged.unbind]."""
+    def unbind(self, dim: int = 0) -> tuple[Any, ...]:
+        """The segments as a tuple of tensors; see [`ragged.unbind`][ragged.unbind]. An inner
+        ``dim``: one array per index along it, as ``Tensor.unbind``."""
+        if dim != 0:
+            return _layout.unbind_dim(RaggedArray.unbind, self, dim)
         if self.order is not None:  # one-level: each segment's axes in the logical order
             if len(self.partition.levels) != 1:
                 raise TypeError(

@@ -58,6 +58,8 @@ def _checked(kind: object, fields: object) -> tuple[type, dict[str, Any]]:
         raise ValueError(f"ragged: a file names an unknown ragged type {kind!r}.")
     func = f"{name_of(cls)} (loaded from a file or pickle)"
     names = _FIELDS[cls]
+    if cls is RaggedArray and isinstance(fields, dict) and "order" in fields:
+        names = (*names, "order")  # a permuted layout (saved only when there is one)
     if not isinstance(fields, dict) or set(fields) != set(names):
         got = sorted(fields) if isinstance(fields, dict) else type(fields).__name__
         raise ValueError(
@@ -69,7 +71,28 @@ def _checked(kind: object, fields: object) -> tuple[type, dict[str, Any]]:
         _validate.check_levels(func, fields["levels"])
     else:
         _validate.check_array(func, fields)
+        if fields.get("order") is not None:
+            _check_order(func, fields)
     return cls, fields
+
+
+def _check_order(func: str, fields: dict[str, Any]) -> None:
+    """A saved layout (``ragged._layout``) must fit the array: a permutation of its non-batch
+    axes, the ragged axes and the inner axes each in their stored order."""
+    order, ragged = fields["order"], len(fields["partition"].levels)
+    ndim = ragged + fields["values"].dim()
+    good = isinstance(order, tuple) and all(type(k) is int for k in order)
+    if good and sorted(order) == list(range(1, ndim)):
+        outer = [k for k in order if k <= ragged]
+        inner = [k for k in order if k > ragged]
+        good = outer == sorted(outer) and inner == sorted(inner)
+    else:
+        good = False
+    if not good:
+        raise ValueError(
+            f"{name_of(func)}: `order` must be a layout of the array's {ndim - 1} non-batch axes "
+            f"(ragged._layout), got {order!r}."
+        )
 
 
 def import_ragged_before_torch_load(kind: str, fields: dict[str, Any]) -> Any:
@@ -83,7 +106,10 @@ def import_ragged_before_torch_load(kind: str, fields: dict[str, Any]) -> Any:
 
 
 def _fields(obj: Any) -> dict[str, Any]:
-    return {name: getattr(obj, name) for name in _FIELDS[type(obj)]}
+    fields = {name: getattr(obj, name) for name in _FIELDS[type(obj)]}
+    if getattr(obj, "order", None) is not None:  # a RaggedArray in a permuted layout
+        fields["order"] = obj.order
+    return fields
 
 
 def reduce(obj: Any) -> tuple[Any, ...]:

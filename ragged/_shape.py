@@ -47,6 +47,11 @@ class RaggedSize:
         return self._partition.levels[self._level].lengths
 
     @property
+    def partition(self) -> Partition:
+        """The partition this axis belongs to."""
+        return self._partition
+
+    @property
     def level(self) -> int:
         """Which ragged axis of its partition (0: the first)."""
         return self._level
@@ -151,13 +156,18 @@ class RaggedShape(tuple):
         cls, partition: Partition, inner: tuple[int, ...], order: tuple[int, ...] | None = None
     ) -> RaggedShape:
         inner = tuple(inner)
-        stored: list[Any] = [RaggedSize(partition, k) for k in range(len(partition.levels))]
-        stored.extend(inner)
-        logical = stored if order is None else [stored[k - 1] for k in order]
-        shape = super().__new__(cls, (partition.num_segments, *logical))
-        shape._partition = partition
-        shape._inner = inner
-        shape._order = order
+        levels = partition.levels
+        if len(levels) == 1:  # the common case, unrolled (x.shape is called often)
+            stored: tuple[Any, ...] = (RaggedSize(partition, 0), *inner)
+        else:
+            stored = (*[RaggedSize(partition, k) for k in range(len(levels))], *inner)
+        if order is not None:
+            stored = tuple(stored[k - 1] for k in order)
+        shape = tuple.__new__(cls, (levels[0].lengths.shape[0], *stored))
+        state = shape.__dict__
+        state["_partition"] = partition
+        state["_inner"] = inner
+        state["_order"] = order
         return shape
 
     def __getnewargs__(self) -> tuple[Any, ...]:

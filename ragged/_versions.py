@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ._array import RaggedArray
     from ._partition import Partition
 
-__all__ = ["check_unchanged", "refuse_permuted", "stamp"]
+__all__ = ["PermutedLayoutError", "check_unchanged", "refuse_permuted", "stamp"]
 
 _is_compiling = torch.compiler.is_compiling
 Parameter = torch.nn.Parameter  # a plain tensor for the version checks (other subclasses: tracing)
@@ -65,11 +65,16 @@ def _moved(partition: Partition) -> bool:
     return recorded is not None and sum(map(_version, partition._watch)) != recorded
 
 
+class PermutedLayoutError(TypeError):
+    """An op that works on the storage order only was given a permuted array
+    (``ragged._layout``); the pointwise ops catch it and run on the storage order."""
+
+
 def refuse_permuted(func: Func, name: str) -> TypeError:
     """The error of an op that works on the storage order only, given a permuted array
     (``ragged._layout``)."""
     prefix = "" if func is None else f"{name_of(func)}: "
-    return TypeError(
+    return PermutedLayoutError(
         f"{prefix}`{name}` has its ragged axis moved (a permuted layout, e.g. from "
         "x.transpose(1, 2)), which this op does not take; move the axes back first (for "
         "example x.transpose(1, 2) again), or use the Tensor-style reshapes and pointwise ops, "
@@ -78,7 +83,12 @@ def refuse_permuted(func: Func, name: str) -> TypeError:
 
 
 def check_unchanged(
-    func: Func, x: RaggedArray, y: RaggedArray | None = None, names: tuple[str, str] = ("x", "y")
+    func: Func,
+    x: RaggedArray,
+    y: RaggedArray | None = None,
+    names: tuple[str, str] = ("x", "y"),
+    *,
+    any_layout: bool = False,
 ) -> None:
     """Raise if ``x`` (or ``y``) was edited in place since it was built.
 
@@ -94,7 +104,7 @@ def check_unchanged(
     Traceback (most recent call last):
     ValueError: ragged.f: `x` was modified in place after it was built (its partition's offsets, lengths or row ids were written); RaggedArrays are immutable: build a new array instead, e.g. x.with_values(new_values) for new values or ragged.from_lengths / ragged.from_offsets for a new partition.
     """
-    if x.order is not None or (y is not None and y.order is not None):
+    if not any_layout and (x.order is not None or (y is not None and y.order is not None)):
         # A permuted layout (ragged._layout): static metadata, so refused under compile too.
         raise refuse_permuted(func, names[0] if x.order is not None else names[1])
     if _is_compiling():

@@ -75,7 +75,11 @@ PATTERNS: list[tuple[bool, Callable[[Any, Arrays], Any]]] = [
     (False, lambda f, a: f(torch.ones(3, dtype=torch.long), a["i"])),
     (False, lambda f, a: f(_dense(3, 3), a["m"])),
     (False, lambda f, a: f(_dense(2), a["x"], _dense(3, 2))),
-    (False, lambda f, a: f(a["x"], -1, (3, 1))),
+    (False, lambda f, a: f(a["x"], (0, 2, 1))),  # permute
+    (False, lambda f, a: f(a["x"], a["x"].shape)),  # reshape, view, expand, new_zeros
+    (False, lambda f, a: f(a["x"], 2, (3, 1))),  # unflatten
+    (False, lambda f, a: f(a["x"], 1, -1)),  # chunk
+    (False, lambda f, a: f(a["x"], a["x"].shape, 0.5)),  # new_full
     *[(False, lambda f, a, g=gates: _recurrent(f, a["x"], g)) for gates in (1, 3, 4)],
 ]
 

@@ -119,3 +119,55 @@ def test_ragged_size_compares_as_nested_int() -> None:
     with pytest.raises(TypeError, match="with ints only"):
         _ = T > T
     torch.testing.assert_close(T.lengths, x.lengths)
+
+
+def test_pointwise_ops_take_permuted_arrays() -> None:
+    x = make(2, 3)
+    y = x.transpose(1, 3)  # (B, 3, 2, L*)
+    for out, fn in [
+        (torch.exp(y) * 2 - y, lambda s: torch.exp(s) * 2 - s),
+        (y.float() > 0, lambda s: s.float() > 0),
+        (torch.where(y > 0, y, -y), lambda s: torch.where(s > 0, s, -s)),
+        (-abs(y) + 1.0, lambda s: -abs(s) + 1.0),
+    ]:
+        assert out.order == y.order
+        per_segment(out, y, fn)
+    with pytest.raises(TypeError, match="has its ragged axis moved"):
+        _ = y + torch.ones(5)  # a dense operand would line up with the storage axes
+    with pytest.raises(TypeError, match="has its ragged axis moved"):
+        _ = y + x.transpose(1, 2)  # another layout
+
+
+def test_new_tensors_take_ragged_sizes() -> None:
+    x = make(2, 3)
+    q = x.transpose(1, 2)  # (B, 2, L*, 3)
+    for out, fill, logical in [
+        (x.new_zeros(x.shape[:-1] + (4,)), 0.0, (2, 4)),  # noqa: RUF005  (the idiom under test)
+        (x.new_ones(q.shape), 1.0, (2, 3)),
+        (x.new_full(q.shape, 2.5), 2.5, (2, 3)),
+        (x.new_full(x.shape, fill_value=-1.0), -1.0, (2, 3)),
+        (x.new_empty(x.shape), 0.0, (2, 3)),
+    ]:
+        assert out.partition is x.partition and out.dtype == x.dtype
+        assert [s for s in out.shape if not isinstance(s, RaggedSize)] == [4, *logical]
+        for segment, length in zip(out.unbind(), LENGTHS, strict=True):
+            sizes = [length if isinstance(s, RaggedSize) else s for s in out.shape[1:]]
+            torch.testing.assert_close(segment, torch.full(sizes, fill, dtype=x.dtype))
+    assert x.new_zeros(3, 4).shape == (3, 4) and x.new_full((2,), 1.0).shape == (2,)
+    other = make(1).shape[1]  # a size names its partition: the result is an array of it
+    assert x.new_zeros(4, other).partition is not x.partition
+    with pytest.raises(ValueError, match="ragged size of another array"):
+        x.new_zeros(4, x.shape[1], other)
+
+
+def test_permuted_arrays_pickle_with_their_layout() -> None:
+    import pickle
+
+    q = make(2, 3).transpose(1, 3)
+    back = pickle.loads(pickle.dumps(q))
+    assert back.order == q.order and repr(back.shape) == repr(q.shape)
+    per_segment(back, q, lambda s: s)
+    assert pickle.loads(pickle.dumps(make(2))).order is None
+    fields = {"values": q.values, "partition": q.partition, "axes": None, "order": (1, 2, 3, 4)}
+    with pytest.raises(ValueError, match="`order` must be a layout"):
+        ragged._serialization.import_ragged_before_torch_load("RaggedArray", fields)

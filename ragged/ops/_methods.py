@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .. import _layout
 from .._array import RaggedArray
 from . import _elementwise as ew
 from . import _torch
@@ -90,13 +91,14 @@ def methods() -> dict[str, Any]:
         "is_nested": property(_not_nested),
     }
     table.update(_torch.method_table())
+    lift = _layout.pointwise  # permuted arrays (ragged._layout) run on their storage order
     for name, binary in BINARY.items():
-        table[f"__{name}__"] = binary
-        table[f"__r{name}__"] = _reflected(binary)
+        table[f"__{name}__"] = binary if binary is matmul else lift(binary)
+        table[f"__r{name}__"] = _reflected(binary) if binary is matmul else lift(_reflected(binary))
     for name, compare in COMPARISONS.items():
-        table[f"__{name}__"] = compare
+        table[f"__{name}__"] = lift(compare)
     for name, unary in UNARY.items():
-        table[f"__{name}__"] = unary
+        table[f"__{name}__"] = lift(unary)
     return table
 
 

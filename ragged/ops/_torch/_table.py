@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ... import _array, _registry
+from ... import _array, _layout, _registry
 from ..._array import RaggedArray
 from ..._torch_args import refuse_out
 from ..._versions import check_unchanged
@@ -87,27 +87,31 @@ def guarded(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
     RaggedArray argument (also in a list or tuple) must be unchanged since it was built
     (``ragged._versions``; eager only). Handlers declared ``checks=True`` do this themselves."""
 
+    layouts = getattr(handler, "takes_layouts", False)  # ragged._layout: any order
+
     def checked(*args: Any, **kwargs: Any) -> Any:
         if kwargs and kwargs.get("out") is not None:
             refuse_out(display_name(fn), kwargs["out"])
         if not _is_compiling():
             for k, value in enumerate(args):
-                check_arguments(fn, _operand_name(k), value)
+                check_arguments(fn, _operand_name(k), value, layouts)
             for key, value in kwargs.items():
-                check_arguments(fn, key, value)
+                check_arguments(fn, key, value, layouts)
         return handler(*args, **kwargs)
 
     return checked
 
 
-def check_arguments(fn: Any, name: str, value: Any) -> None:
-    """Raise if ``value`` (a RaggedArray, or a list or tuple of them) was edited in place."""
+def check_arguments(fn: Any, name: str, value: Any, any_layout: bool = False) -> None:
+    """Raise if ``value`` (a RaggedArray, or a list or tuple of them) was edited in place (or
+    is in a permuted layout, unless ``any_layout``)."""
     if type(value) is RaggedArray:
-        check_unchanged(display_name(fn), value, names=(name, ""))
+        check_unchanged(display_name(fn), value, names=(name, ""), any_layout=any_layout)
     elif type(value) in (list, tuple):
         for k, item in enumerate(value):
             if type(item) is RaggedArray:
-                check_unchanged(display_name(fn), item, names=(f"{name}[{k}]", ""))
+                label = (f"{name}[{k}]", "")
+                check_unchanged(display_name(fn), item, names=label, any_layout=any_layout)
 
 
 def dispatch_table() -> dict[Any, Callable[..., Any]]:
@@ -115,15 +119,22 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
     table: dict[Any, Callable[..., Any]] = {None: _unsupported}
     for spec in _registry.ops():
         for fn in spec.torch:
-            table[fn] = spelled(spec.obj, spec.torch_signature(fn), fn)
+            table[fn] = _lifted(spec, spelled(spec.obj, spec.torch_signature(fn), fn))
     for entry in _registry.torch_functions():
         for fn in entry.fns:
             if entry.handler is None:
                 table[fn] = _refused(fn, entry.hint)
             else:
                 handler = entry.handler if entry.checks else guarded(entry.handler, fn)
-                table[fn] = _renaming(handler, fn) if entry.handler in RENAMING else handler
+                handler = _renaming(handler, fn) if entry.handler in RENAMING else handler
+                table[fn] = _lifted(entry, handler)
     return table
+
+
+def _lifted(entry: Any, handler: Callable[..., Any]) -> Callable[..., Any]:
+    """The elementwise handlers take permuted arrays too (``ragged._layout.pointwise``)."""
+    casts = set(entry.methods) & set(_pointwise.DTYPES)
+    return _layout.pointwise(handler) if entry.family == "elementwise" or casts else handler
 
 
 def method_table() -> dict[str, Callable[..., Any]]:
@@ -131,7 +142,8 @@ def method_table() -> dict[str, Callable[..., Any]]:
     table: dict[str, Callable[..., Any]] = {}
     for spec in _registry.ops():
         for name in spec.methods:
-            table[name] = spelled(spec.obj, spec.torch_signature(None), f"RaggedArray.{name}")
+            method = spelled(spec.obj, spec.torch_signature(None), f"RaggedArray.{name}")
+            table[name] = _lifted(spec, method)
     for entry in _registry.torch_functions():
         for name in entry.methods:
             handler = entry.handler
@@ -141,7 +153,7 @@ def method_table() -> dict[str, Callable[..., Any]]:
                 handler = guarded(handler, label)
             if entry.handler in RENAMING:
                 handler = _renaming(handler, label)
-            table[name] = handler
+            table[name] = _lifted(entry, handler)
     return table
 
 

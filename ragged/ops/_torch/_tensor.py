@@ -24,6 +24,13 @@ from .._combining import split as ragged_split
 from .._pairs import transpose as pair_transpose
 from ._spelling import torch_handler
 
+
+def _any_layout(handler: Any) -> Any:
+    """Mark ``handler`` as taking permuted arrays (the torch door's checks let them through)."""
+    handler.takes_layouts = True
+    return handler
+
+
 RESHAPES_RAGGED = (
     "is the batch or a ragged axis, which has per-segment sizes; reshape the rows with "
     "ragged.map(lambda v: ..., x)"
@@ -52,8 +59,8 @@ def _transpose_dims(x: RaggedArray, dim0: Any, dim1: Any) -> list[int]:
     "among the inner ones as metadata (`(B, L*, H, D).transpose(1, 2)` is `(B, H, L*, D)`); the "
     "two ragged axes of a pair map: `ragged.transpose`",
     see=("ragged.transpose",),
-    checks=True,
 )
+@_any_layout
 def _transpose(input: RaggedArray, dim0: int, dim1: int) -> RaggedArray:
     dims = _transpose_dims(input, dim0, dim1)
     if (
@@ -72,8 +79,8 @@ def _transpose(input: RaggedArray, dim0: int, dim1: int) -> RaggedArray:
     family="indexing",
     meaning="reorders the axes after the batch axis without a copy (the ragged axes keep their "
     "relative order)",
-    checks=True,
 )
+@_any_layout
 def _permute(input: RaggedArray, *dims: Any) -> RaggedArray:
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = tuple(dims[0])
@@ -86,8 +93,8 @@ def _permute(input: RaggedArray, *dims: Any) -> RaggedArray:
     methods=("movedim", "moveaxis"),
     family="indexing",
     meaning="moves axes after the batch axis without a copy, as `permute`",
-    checks=True,
 )
+@_any_layout
 def _movedim(input: RaggedArray, source: Any, destination: Any) -> RaggedArray:
     n = input.ndim
     src = [source] if isinstance(source, int) else list(source)
@@ -114,8 +121,8 @@ def _shape_arg(shape: tuple[Any, ...]) -> tuple[Any, ...]:
     meaning="a new shape for the inner axes between and around the ragged axes, which stay as "
     "their own sizes (`x.view(B, T, h, d)` with `B, T, C = x.shape`); values viewed, no copy",
     methods=("view",),
-    checks=True,
 )
+@_any_layout
 def _view(self: RaggedArray, *shape: Any) -> RaggedArray:
     if len(shape) == 1 and isinstance(shape[0], torch.dtype):
         return self.with_values(self.values.view(shape[0]))
@@ -127,8 +134,8 @@ def _view(self: RaggedArray, *shape: Any) -> RaggedArray:
     methods=("reshape",),
     family="indexing",
     meaning="as `view`, copying the values when they cannot be viewed",
-    checks=True,
 )
+@_any_layout
 def _reshape(input: RaggedArray, *shape: Any) -> RaggedArray:
     return layout.reshape(None, input, _shape_arg(shape), view=False)
 
@@ -137,8 +144,8 @@ def _reshape(input: RaggedArray, *shape: Any) -> RaggedArray:
     family="indexing",
     meaning="the array itself for `other`'s shape (`x.view_as(y)`, `x.reshape_as(y)`)",
     methods=("view_as", "reshape_as"),
-    checks=True,
 )
+@_any_layout
 def _view_as(self: RaggedArray, other: Any) -> RaggedArray:
     return layout.reshape(None, self, tuple(other.shape), view=False)
 
@@ -149,8 +156,8 @@ def _view_as(self: RaggedArray, other: Any) -> RaggedArray:
     family="indexing",
     meaning="a size-1 axis at `dim` (of the result), anywhere after the batch axis",
     see=("RaggedArray.__getitem__",),
-    checks=True,
 )
+@_any_layout
 def _unsqueeze(input: RaggedArray, dim: int) -> RaggedArray:
     if input.axes is not None:
         raise ValueError("a named array needs a name for its new axis: use x[..., None] unnamed.")
@@ -166,8 +173,8 @@ def _unsqueeze(input: RaggedArray, dim: int) -> RaggedArray:
     methods=("squeeze",),
     family="indexing",
     meaning="removes size-1 inner axes (all of them, or `dim`)",
-    checks=True,
 )
+@_any_layout
 def _squeeze(input: RaggedArray, dim: Any = None) -> RaggedArray:
     n = input.ndim
     dims = range(1, n) if dim is None else dim if isinstance(dim, (tuple, list)) else (dim,)
@@ -196,8 +203,8 @@ def _squeeze(input: RaggedArray, dim: Any = None) -> RaggedArray:
     family="indexing",
     meaning="flattens axes `start_dim..end_dim` (inner axes: no copy); all axes (the default): "
     "every entry in order, a dense 1-D tensor (`x.values.reshape(-1)`)",
-    checks=True,
 )
+@_any_layout
 def _flatten(input: RaggedArray, start_dim: int = 0, end_dim: int = -1) -> Any:
     n = input.ndim
     a = layout.logical_dim(None, start_dim, n, "start_dim")
@@ -217,8 +224,8 @@ def _flatten(input: RaggedArray, start_dim: int = 0, end_dim: int = -1) -> Any:
     methods=("unflatten",),
     family="indexing",
     meaning="splits an inner axis into `sizes`",
-    checks=True,
 )
+@_any_layout
 def _unflatten(input: RaggedArray, dim: int, sizes: Any) -> RaggedArray:
     d = layout.logical_dim(None, dim, input.ndim)
     shape = list(input.shape)
@@ -241,8 +248,8 @@ def _split_inner(fn: Any, input: RaggedArray, pieces: Any, dim: int, chunk: bool
     meaning="`dim=0`: groups of segments (`ragged.split`); an inner `dim` "
     "(`x.split(C, dim=2)`): views of the values along that axis",
     see=("ragged.split",),
-    checks=True,
 )
+@_any_layout
 def _split(tensor: RaggedArray, split_size_or_sections: Any, dim: int = 0) -> Any:
     if isinstance(dim, int) and dim % max(tensor.ndim, 1) == 0:
         check_unchanged("torch.split", tensor, names=("tensor", ""))
@@ -255,8 +262,8 @@ def _split(tensor: RaggedArray, split_size_or_sections: Any, dim: int = 0) -> An
     methods=("chunk",),
     family="combining",
     meaning="`chunks` views of the values along an inner `dim`",
-    checks=True,
 )
+@_any_layout
 def _chunk(input: RaggedArray, chunks: int, dim: int = 0) -> Any:
     return _split_inner(None, input, chunks, dim, chunk=True)
 
@@ -266,8 +273,8 @@ def _chunk(input: RaggedArray, chunks: int, dim: int = 0) -> Any:
     meaning="broadcasts size-1 inner axes to `sizes` (-1, the batch size and the array's own "
     "ragged sizes keep an axis)",
     methods=("expand",),
-    checks=True,
 )
+@_any_layout
 def _expand(self: RaggedArray, *sizes: Any) -> RaggedArray:
     sizes = _shape_arg(sizes)
     shape = list(self.shape)
@@ -281,6 +288,29 @@ def _expand(self: RaggedArray, *sizes: Any) -> RaggedArray:
             continue
         target[lead + order[d - 1] - self.ragged_ndim] = want
     return RaggedArray._trusted(self.values.expand(target), self.partition, self.axes, self.order)
+
+
+def _new(fill: Any, name: str) -> Callable[..., Any]:
+    def new(self: RaggedArray, *size: Any, **options: Any) -> Any:
+        value = fill
+        if fill is None:  # new_full: the fill value follows the size
+            given = (*size, options.pop("fill_value")) if "fill_value" in options else size
+            size, value = given[:-1], given[-1]
+        return layout.new_filled(self, _shape_arg(tuple(size)), value, **options)
+
+    new.__name__ = new.__qualname__ = f"_{name}"
+    return new
+
+
+for _name, _fill in (("new_zeros", 0), ("new_ones", 1), ("new_empty", 0), ("new_full", None)):
+    torch_handler(
+        family="tensor",
+        meaning="a dense tensor for a dense `size`; for a size with the array's RaggedSize "
+        "entries (`x.new_zeros(x.shape[:-1] + (n,))`), a RaggedArray of that partition"
+        + (" (filled with zeros)" if _name == "new_empty" else ""),
+        methods=(_name,),
+        grad=False,
+    )(_any_layout(_new(_fill, _name)))
 
 
 # --- Tensor-style properties and conversions ----------------------------------------------------
@@ -298,6 +328,7 @@ def _size(self: RaggedArray, dim: int) -> int | RaggedSize: ...
     see=("RaggedArray.shape",),
     grad=False,
 )
+@_any_layout
 def _size(self: RaggedArray, dim: int | None = None) -> Any:
     return self.shape if dim is None else self.shape[layout.logical_dim(None, dim, self.ndim)]
 
@@ -309,6 +340,7 @@ def _size(self: RaggedArray, dim: int | None = None) -> Any:
     see=("RaggedArray.ndim",),
     grad=False,
 )
+@_any_layout
 def _dim(self: RaggedArray) -> int:
     return self.ndim
 
@@ -320,6 +352,7 @@ def _dim(self: RaggedArray) -> int:
     methods=("numel", "nelement"),
     grad=False,
 )
+@_any_layout
 def _numel(input: RaggedArray) -> int:
     return input.values.numel()
 
@@ -331,6 +364,7 @@ def _numel(input: RaggedArray) -> int:
     methods=("is_floating_point",),
     grad=False,
 )
+@_any_layout
 def _is_floating_point(input: RaggedArray) -> bool:
     return input.values.is_floating_point()
 
@@ -343,6 +377,7 @@ def _is_floating_point(input: RaggedArray) -> bool:
     grad=False,
     compile=False,
 )
+@_any_layout
 def _requires_grad_(self: RaggedArray, requires_grad: bool = True) -> RaggedArray:
     self.values.requires_grad_(requires_grad)
     return self
@@ -354,6 +389,7 @@ def _requires_grad_(self: RaggedArray, requires_grad: bool = True) -> RaggedArra
     methods=("cpu",),
     see=("RaggedArray.to",),
 )
+@_any_layout
 def _cpu(self: RaggedArray, memory_format: Any = torch.preserve_format) -> RaggedArray:
     return self.to("cpu", memory_format=memory_format)
 
@@ -365,6 +401,7 @@ def _cpu(self: RaggedArray, memory_format: Any = torch.preserve_format) -> Ragge
     see=("RaggedArray.to",),
     compile=False,
 )
+@_any_layout
 def _cuda(
     self: RaggedArray,
     device: Any = None,
@@ -381,6 +418,7 @@ def _cuda(
     methods=("type_as",),
     see=("RaggedArray.to",),
 )
+@_any_layout
 def _type_as(self: RaggedArray, other: Any) -> RaggedArray:
     return self.to(device=other.device, dtype=other.dtype)
 
@@ -393,6 +431,7 @@ def _type_as(self: RaggedArray, other: Any) -> RaggedArray:
     grad=True,
     compile=False,
 )
+@_any_layout
 def _unbind(input: RaggedArray, dim: int = 0) -> tuple[Any, ...]:
     if layout.logical_dim(None, dim, input.ndim) == 0:
         return input.unbind()
