@@ -22,8 +22,8 @@ from .._versions import check_unchanged
 _SCALARS = (int, float, bool, complex)
 # An elementwise result keeps its operand's rows: valid by construction, no checks needed.
 _result = RaggedArray._trusted
-_Y = ("y", "")
-_ARG = ("a RaggedArray argument", "")
+Y_PARAM = ("y", "")
+ANY_ARRAY_PARAM = ("a RaggedArray argument", "")
 
 
 def binary(func: Func, fn: Callable[[Any, Any], Tensor], x: Any, y: Any) -> RaggedArray:
@@ -42,7 +42,7 @@ def binary(func: Func, fn: Callable[[Any, Any], Tensor], x: Any, y: Any) -> Ragg
             check_unchanged(func, x)
             return _result(fn(x.values, y), x.partition, x.axes)
     elif type(y) is RaggedArray and isinstance(x, _SCALARS):
-        check_unchanged(func, y, names=_Y)
+        check_unchanged(func, y, names=Y_PARAM)
         # torch ops take a number second only; a 0-d tensor promotes like a number.
         left = torch.as_tensor(x, device=y.values.device)
         return _result(fn(left, y.values), y.partition, y.axes)
@@ -54,7 +54,7 @@ def binary(func: Func, fn: Callable[[Any, Any], Tensor], x: Any, y: Any) -> Ragg
     if isinstance(x, RaggedArray):
         check_unchanged(func, x, y if isinstance(y, RaggedArray) else None)
     else:
-        check_unchanged(func, y, names=_Y)
+        check_unchanged(func, y, names=Y_PARAM)
     a, b, partition, axes = align(func, x, y)
     return RaggedArray(fn(a, b), partition, axes)
 
@@ -116,28 +116,33 @@ def scalars_as_tensors(op: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Any,
     return wrapped
 
 
-_F = "[[1.0, 2.0], [3.0]]"
-_I = "[[6, 7], [-5]]"
-_B = "[[True, False], [True]]"
-_T = torch.Tensor
+FLOAT_ROWS = "[[1.0, 2.0], [3.0]]"
+INT_ROWS = "[[6, 7], [-5]]"
+BOOL_ROWS = "[[True, False], [True]]"
+TENSOR_METHODS = torch.Tensor
 
 
 def _spellings(*names: str) -> tuple[tuple[Any, ...], tuple[str, ...]]:
     """``torch.<name>`` and ``torch.Tensor.<name>`` for each name; the names as methods."""
-    fns = tuple(getattr(m, n) for n in names for m in (torch, _T) if hasattr(m, n))
+    fns = tuple(getattr(m, n) for n in names for m in (torch, TENSOR_METHODS) if hasattr(m, n))
     return fns, names
 
 
 _ALPHA = "input, other, *, alpha=1"
 # name, torch function, symbol, doctest (array, other, result), torch spellings and methods
 add = _binary_op(
-    "add", torch.add, "x + y", (_F, "1.0", "[[2.0, 3.0], [4.0]]"), *_spellings("add"), _ALPHA
+    "add",
+    torch.add,
+    "x + y",
+    (FLOAT_ROWS, "1.0", "[[2.0, 3.0], [4.0]]"),
+    *_spellings("add"),
+    _ALPHA,
 )
 subtract = _binary_op(
     "subtract",
     torch.sub,
     "x - y",
-    (_F, "1.0", "[[0.0, 1.0], [2.0]]"),
+    (FLOAT_ROWS, "1.0", "[[0.0, 1.0], [2.0]]"),
     *_spellings("sub", "subtract"),
     _ALPHA,
 )
@@ -145,14 +150,14 @@ multiply = _binary_op(
     "multiply",
     torch.mul,
     "x * y",
-    (_F, "2.0", "[[2.0, 4.0], [6.0]]"),
+    (FLOAT_ROWS, "2.0", "[[2.0, 4.0], [6.0]]"),
     *_spellings("mul", "multiply"),
 )
 divide = _binary_op(
     "divide",
     torch.true_divide,
     "x / y",
-    (_F, "2.0", "[[0.5, 1.0], [1.5]]"),
+    (FLOAT_ROWS, "2.0", "[[0.5, 1.0], [1.5]]"),
     *_spellings("div", "divide", "true_divide"),
     "input, other, *, rounding_mode=None",
 )
@@ -160,21 +165,21 @@ floor_divide = _binary_op(
     "floor_divide",
     torch.floor_divide,
     "x // y",
-    (_I, "4", "[[1, 1], [-2]]"),
+    (INT_ROWS, "4", "[[1, 1], [-2]]"),
     *_spellings("floor_divide"),
 )
 remainder = _binary_op(
     "remainder",
     torch.remainder,
     "x % y",
-    (_I, "4", "[[2, 3], [3]]"),
+    (INT_ROWS, "4", "[[2, 3], [3]]"),
     *_spellings("remainder"),
 )
 power = _binary_op(
     "power",
     torch.pow,
     "x ** y",
-    (_F, "2.0", "[[1.0, 4.0], [9.0]]"),
+    (FLOAT_ROWS, "2.0", "[[1.0, 4.0], [9.0]]"),
     *_spellings("pow"),
     "input, exponent->y",
 )
@@ -182,90 +187,94 @@ maximum = _binary_op(
     "maximum",
     scalars_as_tensors(torch.maximum),
     "max(x, y)",
-    (_F, "2.0", "[[2.0, 2.0], [3.0]]"),
+    (FLOAT_ROWS, "2.0", "[[2.0, 2.0], [3.0]]"),
     *_spellings("maximum"),
 )
 minimum = _binary_op(
     "minimum",
     scalars_as_tensors(torch.minimum),
     "min(x, y)",
-    (_F, "2.0", "[[1.0, 2.0], [2.0]]"),
+    (FLOAT_ROWS, "2.0", "[[1.0, 2.0], [2.0]]"),
     *_spellings("minimum"),
 )
 eq = _binary_op(
-    "eq", torch.eq, "x == y", (_F, "2.0", "[[False, True], [False]]"), *_spellings("eq")
+    "eq", torch.eq, "x == y", (FLOAT_ROWS, "2.0", "[[False, True], [False]]"), *_spellings("eq")
 )
 ne = _binary_op(
     "ne",
     torch.ne,
     "x != y",
-    (_F, "2.0", "[[True, False], [True]]"),
+    (FLOAT_ROWS, "2.0", "[[True, False], [True]]"),
     *_spellings("ne", "not_equal"),
 )
 lt = _binary_op(
-    "lt", torch.lt, "x < y", (_F, "2.0", "[[True, False], [False]]"), *_spellings("lt", "less")
+    "lt",
+    torch.lt,
+    "x < y",
+    (FLOAT_ROWS, "2.0", "[[True, False], [False]]"),
+    *_spellings("lt", "less"),
 )
 le = _binary_op(
     "le",
     torch.le,
     "x <= y",
-    (_F, "2.0", "[[True, True], [False]]"),
+    (FLOAT_ROWS, "2.0", "[[True, True], [False]]"),
     *_spellings("le", "less_equal"),
 )
 gt = _binary_op(
     "gt",
     torch.gt,
     "x > y",
-    (_F, "2.0", "[[False, False], [True]]"),
+    (FLOAT_ROWS, "2.0", "[[False, False], [True]]"),
     *_spellings("gt", "greater"),
 )
 ge = _binary_op(
     "ge",
     torch.ge,
     "x >= y",
-    (_F, "2.0", "[[False, True], [True]]"),
+    (FLOAT_ROWS, "2.0", "[[False, True], [True]]"),
     *_spellings("ge", "greater_equal"),
 )
 logical_and = _binary_op(
     "logical_and",
     scalars_as_tensors(torch.logical_and),
     "x and y",
-    (_B, "False", "[[False, False], [False]]"),
+    (BOOL_ROWS, "False", "[[False, False], [False]]"),
     *_spellings("logical_and"),
 )
 logical_or = _binary_op(
     "logical_or",
     scalars_as_tensors(torch.logical_or),
     "x or y",
-    (_B, "False", "[[True, False], [True]]"),
+    (BOOL_ROWS, "False", "[[True, False], [True]]"),
     *_spellings("logical_or"),
 )
 logical_xor = _binary_op(
     "logical_xor",
     scalars_as_tensors(torch.logical_xor),
     "x xor y",
-    (_B, "True", "[[False, True], [False]]"),
+    (BOOL_ROWS, "True", "[[False, True], [False]]"),
     *_spellings("logical_xor"),
 )
 bitwise_and = _binary_op(
     "bitwise_and",
     torch.bitwise_and,
     "x & y",
-    (_I, "3", "[[2, 3], [3]]"),
+    (INT_ROWS, "3", "[[2, 3], [3]]"),
     *_spellings("bitwise_and"),
 )
 bitwise_or = _binary_op(
     "bitwise_or",
     torch.bitwise_or,
     "x | y",
-    (_I, "1", "[[7, 7], [-5]]"),
+    (INT_ROWS, "1", "[[7, 7], [-5]]"),
     *_spellings("bitwise_or"),
 )
 bitwise_xor = _binary_op(
     "bitwise_xor",
     torch.bitwise_xor,
     "x ^ y",
-    (_I, "1", "[[7, 6], [-6]]"),
+    (INT_ROWS, "1", "[[7, 6], [-6]]"),
     *_spellings("bitwise_xor"),
 )
 
@@ -372,7 +381,7 @@ def where(condition: Any, x: Any, y: Any) -> RaggedArray:
         raise TypeError(f"{name_of(func)}: one of `condition`, `x`, `y` must be a RaggedArray.")
     first = ragged_args[0]
     for other in ragged_args:
-        check_unchanged(func, other, names=_ARG)
+        check_unchanged(func, other, names=ANY_ARRAY_PARAM)
     parts = [line_up(func, first, a) for a in (condition, x, y)]
     return RaggedArray(torch.where(*parts), first.partition, first.axes)
 
@@ -399,7 +408,7 @@ def apply(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RaggedArray:
         raise TypeError(f"{name_of(func)}: at least one positional argument must be a RaggedArray.")
     first = ragged_args[0]
     for other in ragged_args:
-        check_unchanged(func, other, names=_ARG)
+        check_unchanged(func, other, names=ANY_ARRAY_PARAM)
     values = [line_up(func, first, a) for a in args]
     out = fn(*values, **kwargs)
     if not isinstance(out, Tensor) or out.dim() == 0 or out.shape[0] != first.values.shape[0]:

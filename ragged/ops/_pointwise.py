@@ -183,7 +183,7 @@ def _result(out: torch.Tensor, like: RaggedArray) -> RaggedArray:
     return RaggedArray(out, like.partition, like.axes)
 
 
-def _general(
+def _pointwise_general(
     fn: Callable[..., Any],
     name: str,
     operands: int,
@@ -229,7 +229,7 @@ def elementwise(
             if type(x) is RaggedArray and not keywords and not kwargs:
                 check_unchanged(name, x, names=_INPUT)
                 return _trusted(fn(x.values, *args), x.partition, x.axes)
-            return _general(fn, name, 1, keywords, (x, *args), kwargs, True)
+            return _pointwise_general(fn, name, 1, keywords, (x, *args), kwargs, True)
 
         return unary
     pair = scalars_as_tensors(fn)
@@ -237,7 +237,7 @@ def elementwise(
     def handler(x: Any, *args: Any, **kwargs: Any) -> RaggedArray:
         if len(args) == 1 and not kwargs:
             return binary(name, pair, x, args[0])
-        return _general(fn, name, operands, keywords, (x, *args), kwargs, True)
+        return _pointwise_general(fn, name, operands, keywords, (x, *args), kwargs, True)
 
     return handler
 
@@ -247,7 +247,7 @@ def rows(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     shape (``F.embedding``, ``F.one_hot``): names are kept only if the number of axes is."""
 
     def handler(x: Any, *args: Any, **kwargs: Any) -> RaggedArray:
-        return _general(fn, name, 1, (), (x, *args), kwargs, False)
+        return _pointwise_general(fn, name, 1, (), (x, *args), kwargs, False)
 
     return checked_embedding(handler, name) if fn is F.embedding else handler
 

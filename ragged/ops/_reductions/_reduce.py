@@ -142,7 +142,9 @@ def reduce(
     grouping = None
     if 0 in axes:
         if values.shape[0]:
-            return _keep(dense_fn(values, (0, *inner), False), x, inner, keepdims, batch=True)
+            return _with_kept_axes(
+                dense_fn(values, (0, *inner), False), x, inner, keepdims, batch=True
+            )
         # No values at all: one empty group gives the empty result with the right dtype.
         none = values.new_zeros(0, dtype=torch.int64)
         segments = Segments(none, 1, none.new_zeros(1), none.new_zeros(2))
@@ -161,7 +163,7 @@ def reduce(
         return _ragged_result(out, x, grouping.partition, ragged, inner, keepdims)
     if 0 in axes:
         out = out[0]
-    return _keep(out, x, inner, keepdims, batch=0 in axes)
+    return _with_kept_axes(out, x, inner, keepdims, batch=0 in axes)
 
 
 def check_arguments(func: Func, x: Any, keepdims: Any, *, floating: bool = False) -> None:
@@ -189,7 +191,7 @@ def _names_ragged(x: RaggedArray, axis: Any) -> bool:
     return type(axis) is str and names is not None and names[1] == axis
 
 
-def _keep(
+def _with_kept_axes(
     out: Tensor, x: RaggedArray, inner: tuple[int, ...], keepdims: bool, batch: bool
 ) -> Tensor:
     if not keepdims:
