@@ -146,6 +146,8 @@ MODS = {
 def _arity(func: Func, name: str, fn: Callable[..., Any]) -> None:
     """``fn`` takes the arguments ``name`` is called with (when Python can tell)."""
     spelled, count = MODS[name]
+    if torch.compiler.is_compiling():  # Dynamo cannot bind a signature: checked eagerly only
+        return
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin or an extension: cannot tell, call it
@@ -244,8 +246,9 @@ def parse(
             raise type_error(func, name, "must be a callable or None", typename(fn))
         if fn is not None:
             _arity(func, name, fn)
-    score_mod = None if score_mod is None else checked_mod(func, "score_mod", score_mod)
-    mask_mod = None if mask_mod is None else checked_mod(func, "mask_mod", mask_mod)
+    if not torch.compiler.is_compiling():  # eager checks (Dynamo traces the mods themselves)
+        score_mod = None if score_mod is None else checked_mod(func, "score_mod", score_mod)
+        mask_mod = None if mask_mod is None else checked_mod(func, "mask_mod", mask_mod)
     unfused = [
         name
         for name, value in (

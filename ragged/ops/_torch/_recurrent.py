@@ -37,7 +37,9 @@ def packed_rows(x: RaggedArray) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return rows, plan.batch_sizes, plan.sorted_indices.to(device), plan.rank.to(device)
 
 
-@torch._dynamo.disable  # packing reads the lengths: one clean graph break, run eagerly
+# Packing reads the lengths: one clean graph break, run eagerly. torch._disable_dynamo is
+# torch._dynamo.disable that imports Dynamo on the first call, not at `import ragged`.
+@torch._disable_dynamo
 def _recurrent(
     fn: Any,
     input: Any,
