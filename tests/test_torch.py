@@ -701,6 +701,18 @@ EXPLICIT_METHODS = [
 COMPILE_BATCHES = [[3, 0, 5, 2], [1], [0, 2, 6, 1, 3]]
 
 
+def _recurrent_calls(x: ragged.RaggedArray) -> list[Any]:
+    """``torch.gru`` / ``lstm`` / ``rnn_tanh`` / ``rnn_relu`` as their modules call them."""
+    h = torch.full((1, x.shape[0], 2), 0.5)
+    calls = []
+    for fn, gates in ((torch.gru, 3), (torch.lstm, 4), (torch.rnn_tanh, 1), (torch.rnn_relu, 1)):
+        w = [torch.full((2 * gates, 3), 0.1), torch.full((2 * gates, 2), -0.2)]
+        w += [torch.full((2 * gates,), 0.3), torch.zeros(2 * gates)]
+        state = (h, h * 2) if fn is torch.lstm else h
+        calls += fn(x, state, w, True, 1, 0.0, False, False, True)
+    return calls
+
+
 def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
     """One call of every explicit row that claims compile, on ``x`` and ``y`` ``(B, L*, 3)``."""
     q = x[..., None].flatten(2)  # (B, L*, 3), another view of the values
@@ -726,6 +738,7 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
         torch.stack([x, y], 1),
         F.scaled_dot_product_attention(x, y, y, is_causal=True),
         torch.addmm(torch.ones(2), x, torch.ones(3, 2), beta=0.5),
+        *_recurrent_calls(x),
         torch.transpose(x[..., None], 2, 3),
         torch.swapaxes(x[..., None], -1, -2),
         x[..., None].transpose(2, 3),
