@@ -1,0 +1,289 @@
+"""torch's own attention modules run unmodified on RaggedArrays: ``nn.MultiheadAttention``,
+``nn.TransformerEncoderLayer``, ``nn.TransformerEncoder`` and ``nn.TransformerDecoderLayer``
+call ``F.multi_head_attention_forward``, which runs ``ragged.attention`` on the sequence-first
+view ``(L*, B, E)`` (``x.transpose(1, 0)``: metadata only).
+
+Each row is compared with the module on every segment as a ``(1, L, C)`` tensor (float64,
+outputs and parameter gradients) and compiled once over three batches (tests/models_harness.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import ragged
+import ragged.testing
+from tests.models_harness import (
+    COMPILE_LENGTHS,
+    LENGTHS,
+    batch,
+    check_docs_rows,
+    check_one_graph,
+    check_per_sequence,
+    grads,
+)
+
+MEMORY_LENGTHS = [2, 4, 1, 6]
+
+
+class SelfAttention(nn.Module):
+    """``nn.MultiheadAttention`` called as ``attn(x, x, x)`` (torch's defaults: the weights
+    are computed too); ``batch_first=False`` takes and returns the sequence-first view."""
+
+    def __init__(self, batch_first: bool) -> None:
+        super().__init__()
+        self.batch_first = batch_first
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=batch_first)
+
+    def forward(self, x: Any) -> Any:
+        if self.batch_first:
+            return self.attn(x, x, x)[0]
+        x = x.transpose(0, 1)
+        return self.attn(x, x, x)[0].transpose(0, 1)
+
+
+def encoder_layer(norm_first: bool, batch_first: bool = True) -> nn.Module:
+    return nn.TransformerEncoderLayer(
+        8, 2, 16, dropout=0.0, batch_first=batch_first, norm_first=norm_first
+    )
+
+
+class SequenceFirst(nn.Module):
+    """``module`` (built with ``batch_first=False``) on the sequence-first view."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: Any) -> Any:
+        return self.module(x.transpose(0, 1)).transpose(0, 1)
+
+
+# name -> (builder, whether one compiled graph covers three batches); docs/models.md's rows.
+MATRIX: dict[str, tuple[Callable[[], nn.Module], bool]] = {
+    "nn.MultiheadAttention(batch_first=True)": (lambda: SelfAttention(True), True),
+    "nn.MultiheadAttention(batch_first=False)": (lambda: SelfAttention(False), True),
+    "nn.TransformerEncoderLayer": (lambda: encoder_layer(False), True),
+    "nn.TransformerEncoderLayer(norm_first=True)": (lambda: encoder_layer(True), True),
+    "nn.TransformerEncoderLayer(batch_first=False)": (
+        lambda: SequenceFirst(encoder_layer(False, batch_first=False)),
+        True,
+    ),
+    "nn.TransformerEncoder(2 layers)": (
+        lambda: nn.TransformerEncoder(encoder_layer(False), 2),
+        True,
+    ),
+    "nn.TransformerDecoderLayer": (
+        lambda: nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True),
+        True,
+    ),
+}
+DECODERS = {"nn.TransformerDecoderLayer"}
+
+
+def decode(causal: bool) -> Callable[[nn.Module, Any, Any], Any]:
+    return lambda m, tgt, memory: m(tgt, memory, tgt_is_causal=causal)
+
+
+def check_two_inputs(
+    module: nn.Module,
+    tgt: list[torch.Tensor],
+    memory: list[torch.Tensor],
+    call: Callable[[nn.Module, Any, Any], Any],
+) -> None:
+    """``call(module, tgt, memory)`` on two RaggedArrays of one batch equals the call on every
+    segment ``b`` of both (as ``(1, L, C)`` tensors), with parameter gradients."""
+    got = call(module, ragged.array(tgt), ragged.array(memory))
+    assert isinstance(got, ragged.RaggedArray)
+    got.values.pow(2).sum().backward()
+    batched = grads(module)
+    loss = torch.zeros((), dtype=torch.float64)
+    for b, (t, m) in enumerate(zip(tgt, memory, strict=True)):
+        expected = call(module, t[None], m[None])[0]
+        torch.testing.assert_close(got[b], expected)
+        loss = loss + expected.pow(2).sum()
+    loss.backward()
+    reference = grads(module)
+    assert batched.keys() == reference.keys() and batched
+    for name, grad in batched.items():
+        torch.testing.assert_close(grad, reference[name], msg=name)
+
+
+@pytest.mark.parametrize("name", list(MATRIX))
+def test_matrix_rows_match_each_sequence(name: str) -> None:
+    torch.manual_seed(0)
+    module = MATRIX[name][0]().double()
+    if name in DECODERS:
+        tgt, memory = batch(LENGTHS, 8, seed=5), batch(MEMORY_LENGTHS, 8, seed=6)
+        check_two_inputs(module, tgt, memory, decode(False))
+    else:
+        check_per_sequence(module, batch(LENGTHS, 8, seed=5))
+
+
+@pytest.mark.parametrize("name", [n for n, (_, one) in MATRIX.items() if one])
+def test_matrix_rows_compile_to_one_graph(name: str) -> None:
+    torch.manual_seed(0)
+    module = MATRIX[name][0]()
+    if name not in DECODERS:
+        check_one_graph(module)
+        return
+    batches = [
+        (
+            ragged.array(batch(n, 8, seed=i)).float(),
+            ragged.array(batch(n[::-1], 8, seed=i + 10)).float(),
+        )
+        for i, n in enumerate(COMPILE_LENGTHS)
+    ]
+    with ragged.dynamic_shapes(), torch._dynamo.config.patch(specialize_float=True):
+        report = ragged.testing.check_compile(
+            module, batches, backend="aot_eager", max_graphs=1, atol=1e-5, rtol=1e-5
+        )
+    assert report.graphs == 1
+
+
+def test_the_docs_list_every_row() -> None:
+    """docs/models.md has a row for every module of the matrix, and says how it compiles."""
+    check_docs_rows(MATRIX)
+
+
+def test_the_causal_decoder_layer_matches_each_sequence() -> None:
+    """``tgt_is_causal=True`` with ``tgt_mask=None``: causal within each target segment."""
+    torch.manual_seed(1)
+    module = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, batch_first=True).double()
+    tgt, memory = batch(LENGTHS, 8, seed=7), batch(MEMORY_LENGTHS, 8, seed=8)
+
+    def call(m: nn.Module, t: Any, mem: Any) -> Any:
+        if isinstance(t, ragged.RaggedArray):
+            return m(t, mem, tgt_is_causal=True)
+        mask = nn.Transformer.generate_square_subsequent_mask(t.shape[1], dtype=t.dtype)
+        return m(t, mem, tgt_mask=mask, tgt_is_causal=True)
+
+    check_two_inputs(module, tgt, memory, call)
+
+
+# --- the sequence-first view and F.multi_head_attention_forward ---------------------------------
+
+
+def test_the_sequence_first_view_is_metadata() -> None:
+    x = ragged.array(batch(LENGTHS, 4))
+    y = x.transpose(1, 0)
+    assert y.values is x.values and y.partition is x.partition
+    B, T, C = x.shape
+    assert tuple(y.shape) == (T, B, C) and y.size(1) == B and y.dim() == 3
+    for back in (y.transpose(1, 0), y.transpose(0, 1), y.permute(1, 0, 2), y.movedim(0, 1)):
+        assert back.order is None and back.values is x.values
+    named = x.rename("batch", "time", "channel")
+    assert named.transpose(0, 1).axes == ("time", "batch", "channel")
+    assert named.transpose(0, 1).transpose(0, 1).axes == named.axes
+    # Pointwise ops, F.linear and F.layer_norm keep the view; the rows are those of x.
+    weight = torch.randn(3, 4, dtype=torch.float64)
+    for f in (torch.relu, lambda t: t * 2 + 1, lambda t: F_linear(t, weight), layer_norm):
+        got = f(y)
+        assert got.order == y.order
+        ragged.testing.assert_close(got.transpose(0, 1), f(x))
+
+
+def F_linear(t: Any, weight: torch.Tensor) -> Any:
+    return torch.nn.functional.linear(t, weight)
+
+
+def layer_norm(t: Any) -> Any:
+    return torch.nn.functional.layer_norm(t, (4,))
+
+
+def test_the_sequence_first_view_refuses_other_ops() -> None:
+    x = ragged.array(batch([2, 3], 4))
+    y = x.transpose(0, 1)
+    with pytest.raises(TypeError, match=r"^torch\.sum: `input` is a sequence-first view"):
+        torch.sum(y, 0)
+    with pytest.raises(TypeError, match=r"^RaggedArray\.view: `input` is a sequence-first view"):
+        y.view(2, 2)
+    with pytest.raises(TypeError, match=r"^ragged\.softmax: `x` is a sequence-first view"):
+        ragged.softmax(y, 0)
+    with pytest.raises(TypeError, match=r"only transposes back"):
+        y.transpose(1, 2)
+    pair = ragged.outer(x[..., 0], x[..., 0])
+    with pytest.raises(TypeError, match=r"moves the batch axis"):
+        pair.transpose(0, 1)  # two ragged axes: no sequence-first view
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_mha_weights_and_cross_attention_match_each_sequence(average: bool) -> None:
+    """Cross-attention with separate key/value widths (``kdim``, ``vdim``: separate
+    projections), and the weights as a pair map (torch's defaults return them)."""
+    torch.manual_seed(2)
+    module = nn.MultiheadAttention(8, 2, batch_first=True, kdim=6, vdim=5).double()
+    qs, ks, vs = batch(LENGTHS, 8, 1), batch(MEMORY_LENGTHS, 6, 2), batch(MEMORY_LENGTHS, 5, 3)
+    q, k, v = (ragged.array(t) for t in (qs, ks, vs))
+    out, weights = module(q, k, v, average_attn_weights=average)
+    assert out.partition is q.partition
+    for b in range(len(LENGTHS)):
+        e_out, e_weights = module(
+            qs[b][None], ks[b][None], vs[b][None], average_attn_weights=average
+        )
+        torch.testing.assert_close(out[b], e_out[0])
+        if average:  # (B, Lq*, Lk*)
+            got = torch.tensor(weights[b].to_list(), dtype=torch.float64)
+        else:  # (B, H, Lq*, Lk*): the heads before the ragged axes (metadata)
+            assert weights.shape[1] == 2
+            stored = weights.permute(0, 2, 3, 1)[b].to_list()
+            got = torch.tensor(stored, dtype=torch.float64).permute(2, 0, 1)
+        torch.testing.assert_close(got, e_weights[0])
+
+
+@pytest.mark.parametrize("kind", ["bool", "float", "causal"])
+def test_mha_pair_masks_and_causal(kind: str) -> None:
+    """F.multi_head_attention_forward called directly (nn.MultiheadAttention reads a mask's
+    dtype with F._none_or_dtype, which takes Tensors only): a boolean pair mask (True: masked
+    out, as torch), an additive one, and ``is_causal`` without a mask."""
+    torch.manual_seed(3)
+    module = nn.MultiheadAttention(8, 2).double()
+    segments = batch(LENGTHS, 8, seed=4)
+    x = ragged.array(segments).transpose(0, 1)
+    positions = ragged.array([torch.arange(n) for n in LENGTHS])
+    pairs = ragged.outer(positions, positions, torch.sub)  # i - j
+    masks = {
+        "bool": (pairs.with_values(pairs.values % 3 == 2), lambda d: d % 3 == 2),
+        "float": (pairs.with_values(torch.sin(pairs.values.double())), torch.sin),
+        "causal": (None, lambda d: d < 0),  # torch needs the mask with is_causal
+    }
+    mask, dense = masks[kind]
+    args = (8, 2, module.in_proj_weight, module.in_proj_bias, None, None, False, 0.0)
+    out_args = (module.out_proj.weight, module.out_proj.bias)
+    out, weights = torch.nn.functional.multi_head_attention_forward(
+        x, x, x, *args, *out_args, attn_mask=mask, is_causal=kind == "causal"
+    )
+    assert out.order == x.order
+    for b, s in enumerate(segments):
+        i = torch.arange(s.shape[0])
+        one = dense((i[:, None] - i[None]).double() if kind == "float" else i[:, None] - i[None])
+        e_out, e_w = torch.nn.functional.multi_head_attention_forward(
+            s[:, None], s[:, None], s[:, None], *args, *out_args, attn_mask=one
+        )
+        torch.testing.assert_close(out.transpose(0, 1)[b], e_out[:, 0])
+        torch.testing.assert_close(torch.tensor(weights[b].to_list(), dtype=e_w.dtype), e_w[0])
+
+
+def test_mha_refusals_name_the_argument() -> None:
+    x = ragged.array(batch([2, 3], 8))
+    with pytest.raises(TypeError, match=r"`key_padding_mask` must be None on RaggedArrays"):
+        nn.MultiheadAttention(8, 2, batch_first=True).double()(
+            x, x, x, key_padding_mask=torch.zeros(2, 3, dtype=torch.bool)
+        )
+    with pytest.raises(TypeError, match=r"`bias_k` is not supported on RaggedArrays"):
+        nn.MultiheadAttention(8, 2, batch_first=True, add_bias_kv=True).double()(x, x, x)
+    with pytest.raises(TypeError, match=r"`add_zero_attn` is not supported on RaggedArrays"):
+        nn.MultiheadAttention(8, 2, batch_first=True, add_zero_attn=True).double()(x, x, x)
+    with pytest.raises(TypeError, match=r"`attn_mask` must be a RaggedArray pair map"):
+        nn.MultiheadAttention(8, 2, batch_first=True).double()(
+            x, x, x, attn_mask=torch.zeros(3, 3, dtype=torch.float64)
+        )
+    with pytest.raises(ValueError, match=r"pass need_weights=False or call module.eval\(\)"):
+        nn.MultiheadAttention(8, 2, batch_first=True, dropout=0.5).double()(x, x, x)
+    with pytest.raises(TypeError, match=r"`query` must be a sequence-first RaggedArray"):
+        nn.MultiheadAttention(8, 2).double()(x, x, x)  # batch_first=False: (L*, B, E) expected
