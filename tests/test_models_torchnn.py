@@ -287,3 +287,23 @@ def test_mha_refusals_name_the_argument() -> None:
         nn.MultiheadAttention(8, 2, batch_first=True, dropout=0.5).double()(x, x, x)
     with pytest.raises(TypeError, match=r"`query` must be a sequence-first RaggedArray"):
         nn.MultiheadAttention(8, 2).double()(x, x, x)  # batch_first=False: (L*, B, E) expected
+
+
+def test_empty_segments_and_evaluation_mode() -> None:
+    """Empty segments give no rows (and an empty weight block); in evaluation mode without
+    gradients torch's fast paths are skipped (a RaggedArray has ``__torch_function__``)."""
+    torch.manual_seed(4)
+    segments = batch([3, 0, 2, 0], 8, seed=9)
+    x = ragged.array(segments)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2).double().eval()
+    with torch.no_grad():
+        out = encoder(x)
+        assert out.partition is x.partition
+        for b, s in enumerate(segments):
+            if len(s):
+                torch.testing.assert_close(out[b], encoder(s[None])[0])
+    attn = nn.MultiheadAttention(8, 2, batch_first=True).double()
+    out, weights = attn(x, x, x)
+    assert out.partition is x.partition
+    assert weights.values.shape[0] == 3 * 3 + 2 * 2

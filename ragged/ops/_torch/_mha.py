@@ -87,7 +87,6 @@ def _projections(
     "masks, `add_bias_kv`, `add_zero_attn` and `static_k`/`static_v` refused",
     see=("ragged.attention", "ragged.nn.RaggedMultiheadAttention"),
     checks=True,
-    compile=False,
 )
 def _multi_head_attention_forward(
     query: Any,
@@ -155,12 +154,12 @@ def _multi_head_attention_forward(
         in_proj_bias,
     )
     q, k, v = (
-        RaggedArray._trusted(t.reshape(t.shape[0], num_heads, -1), a.partition, None)
+        RaggedArray._trusted(t.unflatten(-1, (num_heads, head_dim)), a.partition, None)
         for t, a in zip(projected, (query, key, value), strict=True)
     )
     bias = _mask(attn_mask, q.values.dtype, num_heads)
     out = attention(q, k, v, causal=is_causal, bias=bias, dropout_p=dropout)
-    merged = F.linear(out.values.reshape(-1, embed), out_proj_weight, out_proj_bias)
+    merged = F.linear(out.values.flatten(-2), out_proj_weight, out_proj_bias)
     result = RaggedArray._trusted(merged, query.partition, None, (0, 2))
     if not need_weights:
         return result, None

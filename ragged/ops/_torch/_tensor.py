@@ -63,7 +63,9 @@ def _transpose_dims(x: RaggedArray, dim0: Any, dim1: Any) -> list[int]:
     family="indexing",
     meaning="swaps two axes other than the batch axis, without a copy: a ragged axis moves "
     "among the inner ones as metadata (`(B, L*, H, D).transpose(1, 2)` is `(B, H, L*, D)`); the "
-    "two ragged axes of a pair map: `ragged.transpose`",
+    "two ragged axes of a pair map: `ragged.transpose`; `x.transpose(0, 1)` of a one-level array "
+    "in the storage order: the sequence-first view `(L*, B, ...)` of `nn.MultiheadAttention`, "
+    "which transposes back the same way (docs/semantics.md)",
     see=("ragged.transpose",),
 )
 @_sequence_first
@@ -84,7 +86,7 @@ def _transpose(input: RaggedArray, dim0: int, dim1: int) -> RaggedArray:
     methods=("permute",),
     family="indexing",
     meaning="reorders the axes after the batch axis without a copy (the ragged axes keep their "
-    "relative order)",
+    "relative order); `permute(1, 0, ...)`: the sequence-first view, as `transpose(0, 1)`",
 )
 @_sequence_first
 def _permute(input: RaggedArray, *dims: Any) -> RaggedArray:
