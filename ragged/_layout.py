@@ -279,8 +279,11 @@ def _on_storage(handler: Any, refusal: Exception, args: Any, kwargs: dict[str, A
     order, names = arrays[0].order, arrays[0].axes
     if order is None:
         order, names = next((a.order, a.axes) for a in arrays if a.order is not None)
+    # A dense operand lines up with the inner axes alike in the storage order only when the
+    # ragged axis is not among them: the sequence-first view (L*, B, *inner), inner axes last.
+    inner = len(order) - 1 if order[0] == 0 else 0
     for value in (*args, *kwargs.values()):
-        dense = isinstance(value, torch.Tensor) and value.dim() > 0
+        dense = isinstance(value, torch.Tensor) and value.dim() > inner
         if dense or (hasattr(value, "order") and value.order != order):
             raise refusal  # operands in other layouts, or dense ones to line up: refused
 

@@ -182,7 +182,14 @@ def test_the_sequence_first_view_is_metadata() -> None:
     assert named.transpose(0, 1).transpose(0, 1).axes == named.axes
     # Pointwise ops, F.linear and F.layer_norm keep the view; the rows are those of x.
     weight = torch.randn(3, 4, dtype=torch.float64)
-    for f in (torch.relu, lambda t: t * 2 + 1, lambda t: F_linear(t, weight), layer_norm):
+    bias = torch.randn(4, dtype=torch.float64)  # lines up with the last axis in both orders
+    for f in (
+        torch.relu,
+        lambda t: t * 2 + 1,
+        lambda t: t + bias,
+        lambda t: F_linear(t, weight),
+        layer_norm,
+    ):
         got = f(y)
         assert got.order == y.order
         ragged.testing.assert_close(got.transpose(0, 1), f(x))
@@ -207,6 +214,10 @@ def test_the_sequence_first_view_refuses_other_ops() -> None:
         ragged.softmax(y, 0)
     with pytest.raises(TypeError, match=r"only transposes back"):
         y.transpose(1, 2)
+    with pytest.raises(TypeError, match=r"^RaggedArray\.unbind: a sequence-first view"):
+        y.unbind()
+    with pytest.raises(TypeError, match=r"is a sequence-first view"):
+        y + torch.ones(2, 4, dtype=torch.float64)  # a dense (B, E) would line up with the batch
     pair = ragged.outer(x[..., 0], x[..., 0])
     with pytest.raises(TypeError, match=r"moves the batch axis"):
         pair.transpose(0, 1)  # two ragged axes: no sequence-first view
@@ -307,3 +318,26 @@ def test_empty_segments_and_evaluation_mode() -> None:
     out, weights = attn(x, x, x)
     assert out.partition is x.partition
     assert weights.values.shape[0] == 3 * 3 + 2 * 2
+
+
+def test_mha_dropout_in_training() -> None:
+    """Dropout on the attention weights in training mode (``need_weights=False``): with
+    ``p=1`` every weight is dropped and the output is the out-projection's bias; with
+    ``p=0.5`` the output is not the evaluation-mode one, and the same seed draws the same
+    mask; in evaluation mode no dropout."""
+    torch.manual_seed(5)
+    attn = nn.MultiheadAttention(8, 2, dropout=1.0, batch_first=True).double()
+    torch.nn.init.normal_(attn.out_proj.bias)
+    x = ragged.array(batch(LENGTHS, 8, seed=10))
+    out, weights = attn(x, x, x, need_weights=False)
+    assert weights is None
+    torch.testing.assert_close(out.values, attn.out_proj.bias.expand_as(out.values))
+    attn.dropout = 0.5
+    torch.manual_seed(6)
+    dropped = attn(x, x, x, need_weights=False)[0]
+    torch.manual_seed(6)
+    ragged.testing.assert_close(attn(x, x, x, need_weights=False)[0], dropped)
+    attn.eval()
+    kept = attn(x, x, x)[0]
+    ragged.testing.assert_close(kept, attn(x, x, x, need_weights=False)[0])
+    assert not torch.allclose(kept.values, dropped.values)

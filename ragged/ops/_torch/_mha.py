@@ -158,8 +158,12 @@ def _multi_head_attention_forward(
         for t, a in zip(projected, (query, key, value), strict=True)
     )
     bias = _mask(attn_mask, q.values.dtype, num_heads)
-    out = attention(q, k, v, causal=is_causal, bias=bias, dropout_p=dropout)
-    merged = F.linear(out.values.flatten(-2), out_proj_weight, out_proj_bias)
+    if dropout is not None and dropout >= 1:  # every weight dropped, as torch's dropout(p=1)
+        heads = q.values.new_zeros(q.values.shape[0], embed)
+    else:
+        out = attention(q, k, v, causal=is_causal, bias=bias, dropout_p=dropout)
+        heads = out.values.flatten(-2)
+    merged = F.linear(heads, out_proj_weight, out_proj_bias)
     result = RaggedArray._trusted(merged, query.partition, None, (0, 2))
     if not need_weights:
         return result, None
