@@ -341,3 +341,18 @@ def test_mha_dropout_in_training() -> None:
     kept = attn(x, x, x)[0]
     ragged.testing.assert_close(kept, attn(x, x, x, need_weights=False)[0])
     assert not torch.allclose(kept.values, dropped.values)
+
+
+def test_sequence_first_encoder_and_decoder() -> None:
+    """``batch_first=False`` (torch's default) on the sequence-first view: the encoder reads
+    its sequence length with ``src.size(0)``, a ragged size."""
+    torch.manual_seed(7)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)  # torch warns else
+    check_per_sequence(SequenceFirst(encoder).double(), batch(LENGTHS, 8))
+    decoder = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0).double()
+
+    def call(m: nn.Module, t: Any, mem: Any) -> Any:
+        return m(t.transpose(0, 1), mem.transpose(0, 1)).transpose(0, 1)
+
+    check_two_inputs(decoder, batch(LENGTHS, 8, seed=1), batch(MEMORY_LENGTHS, 8, seed=2), call)
