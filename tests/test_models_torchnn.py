@@ -26,7 +26,9 @@ from tests.models_harness import (
     check_one_graph,
     check_per_sequence,
     grads,
+    outputs,
 )
+from tests.optable import all_ops
 
 MEMORY_LENGTHS = [2, 4, 1, 6]
 
@@ -356,3 +358,55 @@ def test_sequence_first_encoder_and_decoder() -> None:
         return m(t.transpose(0, 1), mem.transpose(0, 1)).transpose(0, 1)
 
     check_two_inputs(decoder, batch(LENGTHS, 8, seed=1), batch(MEMORY_LENGTHS, 8, seed=2), call)
+
+
+# --- every op of the op table on the sequence-first view: answers or refuses -------------------
+
+OPS = [info for info in all_ops() if info.lift]
+
+
+def _sequence_first(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], bool]:
+    """The sample's one-level arrays in the storage order as sequence-first views; whether any
+    was."""
+    out = [
+        a.transpose(0, 1)
+        if isinstance(a, ragged.RaggedArray) and a.ragged_ndim == 1 and a.order is None
+        else a
+        for a in args
+    ]
+    return tuple(out), any(o is not a for o, a in zip(out, args, strict=True))
+
+
+def _back(result: Any) -> Any:
+    if isinstance(result, ragged.RaggedArray) and result.order is not None:
+        return result.transpose(0, 1)
+    if isinstance(result, tuple):
+        return tuple(_back(r) for r in result)
+    return result
+
+
+@pytest.mark.parametrize("info", OPS, ids=[f"{i.name}{i.variant}" for i in OPS])
+def test_op_on_the_sequence_first_view_answers_or_refuses(info: Any) -> None:
+    """No op reads the sequence-first view as if it were batch-first: it refuses it with the
+    sequence-first error, or answers as on the storage order (transposed alike)."""
+    samples = info.samples([2, 0, 3], torch.Generator().manual_seed(0), torch.float64, "contiguous")
+    tried = 0
+    for sample in samples:
+        args, moved = _sequence_first(sample.args)
+        if not moved:
+            continue
+        tried += 1
+        try:
+            got = info.op(*args, **sample.kwargs)
+        except TypeError as error:
+            if "is a sequence-first view" in str(error):
+                continue
+            raise
+        want = info.op(*sample.args, **sample.kwargs)
+        for g, w in zip(outputs(_back(got)), outputs(want), strict=True):
+            if isinstance(w, ragged.RaggedArray):
+                ragged.testing.assert_close(g, w, equal_nan=True)
+            else:
+                torch.testing.assert_close(g, w, equal_nan=True)
+    if tried == 0:
+        pytest.skip("no sample has a one-level array")
