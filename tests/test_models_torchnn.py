@@ -9,6 +9,7 @@ outputs and parameter gradients) and compiled once over three batches (tests/mod
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -410,3 +411,33 @@ def test_op_on_the_sequence_first_view_answers_or_refuses(info: Any) -> None:
                 torch.testing.assert_close(g, w, equal_nan=True)
     if tried == 0:
         pytest.skip("no sample has a one-level array")
+
+
+def test_torch_func_ensemble_and_grad() -> None:
+    """``torch.func``: ``vmap`` over an ensemble of encoder layers (stacked parameters) equals
+    each layer's run, and ``grad`` of a loss equals autograd's parameter gradients."""
+    torch.manual_seed(8)
+    x = ragged.array(batch(LENGTHS, 8, seed=11))
+    layers = [
+        nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).double()
+        for _ in range(3)
+    ]
+    params, buffers = torch.func.stack_module_state(layers)
+    base = copy.deepcopy(layers[0]).to("meta")
+
+    def run(p: Any, b: Any, x: Any) -> Any:
+        return torch.func.functional_call(base, (p, b), (x,))
+
+    out = torch.func.vmap(run, in_dims=(0, 0, None))(params, buffers, x)
+    for i, layer in enumerate(layers):
+        torch.testing.assert_close(out.values[i], layer(x).values)
+
+    def loss(p: Any) -> Any:
+        return torch.func.functional_call(layers[0], p, (x,)).values.pow(2).sum()
+
+    got = torch.func.grad(loss)(dict(layers[0].named_parameters()))
+    layers[0](x).values.pow(2).sum().backward()
+    expected = grads(layers[0])
+    assert got.keys() == expected.keys()
+    for name, g in got.items():
+        torch.testing.assert_close(g, expected[name], msg=name)
