@@ -414,9 +414,9 @@ def test_inner_axis_reshapes() -> None:
     pair = ragged.outer(x[..., 0, 0], x[..., 0, 0])
     ragged.testing.assert_close(pair.transpose(1, 2), ragged.transpose(pair))
     with pytest.raises(
-        TypeError, match=r"^RaggedArray\.transpose: `dims` \(1, 0, 2, 3\) moves the batch"
+        TypeError, match=r"^RaggedArray\.transpose: `dims` \(2, 1, 0, 3\) moves the batch"
     ):
-        x.transpose(1, 0)
+        x.transpose(2, 0)
     with pytest.raises(
         TypeError,
         match=r"^torch\.flatten: `start_dim`..`end_dim` \(1..-1\) is the batch or a ragged axis",
@@ -567,24 +567,24 @@ def test_unknown_functions_name_the_nearest_ragged_functions() -> None:
             "RaggedArray.sort: `out=` is not supported: RaggedArrays are immutable (use the result).",
         ),
         (
-            lambda x: nn.MultiheadAttention(3, 1, batch_first=True)(x, x, x),
+            lambda x: torch.softmax(x.transpose(0, 1), dim=0),
             TypeError,
-            "RaggedArray.transpose: `dims` (1, 0, 2) moves the batch axis, which stays first on a RaggedArray (its segments are the rows of the batch); sequence-first code such as nn.MultiheadAttention's `query.transpose(1, 0)` is refused: use ragged.nn.RaggedMultiheadAttention or ragged.attention.",
+            "torch.softmax: `input` is a sequence-first view (L*, B, ...) (from x.transpose(0, 1)), which this op does not take; transpose it back to (B, L*, ...) first (the sequence-first view takes sizes, the pointwise ops, F.linear, F.layer_norm and F.multi_head_attention_forward; docs/semantics.md, The logical order).",
         ),
         (
             lambda x: nn.MultiheadAttention(3, 1)(x, x, x),
             TypeError,
-            "torch.nn.functional.multi_head_attention_forward is not supported on RaggedArrays: nn.MultiheadAttention and nn.TransformerEncoderLayer do not take RaggedArrays: use ragged.nn.RaggedMultiheadAttention and ragged.nn.RaggedTransformerEncoderLayer (the same parameters and state dict) or ragged.attention.",
+            "torch.nn.functional.multi_head_attention_forward: `query` must be a sequence-first RaggedArray (L*, B, E), as F.multi_head_attention_forward takes it (nn.MultiheadAttention(batch_first=True) makes that view of a (B, L*, E) array with x.transpose(1, 0); with batch_first=False pass x.transpose(0, 1)), got a batch-first RaggedArray of 3 axes.",
         ),
         (
-            lambda x: nn.TransformerEncoderLayer(3, 1, 8, batch_first=True)(x),
+            lambda x: x.transpose(0, 1).transpose(1, 2),
             TypeError,
-            "RaggedArray.transpose: `dims` (1, 0, 2) moves the batch axis, which stays first on a RaggedArray (its segments are the rows of the batch); sequence-first code such as nn.MultiheadAttention's `query.transpose(1, 0)` is refused: use ragged.nn.RaggedMultiheadAttention or ragged.attention.",
+            "RaggedArray.transpose: `dims` (0, 2, 1): a sequence-first array (L*, B, ...) only transposes back to (B, L*, ...) (x.transpose(0, 1)); other permutes take the batch-first array.",
         ),
         (
             lambda x: nn.TransformerEncoderLayer(3, 1, 8).eval()(x),
             TypeError,
-            "torch.nn.functional.multi_head_attention_forward is not supported on RaggedArrays: nn.MultiheadAttention and nn.TransformerEncoderLayer do not take RaggedArrays: use ragged.nn.RaggedMultiheadAttention and ragged.nn.RaggedTransformerEncoderLayer (the same parameters and state dict) or ragged.attention.",
+            "torch.nn.functional.multi_head_attention_forward: `query` must be a sequence-first RaggedArray (L*, B, E), as F.multi_head_attention_forward takes it (nn.MultiheadAttention(batch_first=True) makes that view of a (B, L*, E) array with x.transpose(1, 0); with batch_first=False pass x.transpose(0, 1)), got a batch-first RaggedArray of 3 axes.",
         ),
     ],
 )
@@ -632,6 +632,7 @@ EXPLICIT_FNS = [
     torch.diff,
     torch.addmm,
     F.scaled_dot_product_attention,
+    F.multi_head_attention_forward,  # tests/test_models_torchnn.py
     torch.transpose,
     torch.swapaxes,
     torch.unsqueeze,
@@ -737,6 +738,20 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
         torch.stack([x, y]),
         torch.stack([x, y], 1),
         F.scaled_dot_product_attention(x, y, y, is_causal=True),
+        F.multi_head_attention_forward(
+            *[x.transpose(0, 1)] * 3,
+            3,
+            1,
+            torch.ones(9, 3),
+            None,
+            None,
+            None,
+            False,
+            0.0,
+            torch.ones(3, 3),
+            None,
+            is_causal=True,
+        ),
         torch.addmm(torch.ones(2), x, torch.ones(3, 2), beta=0.5),
         *_recurrent_calls(x),
         torch.transpose(x[..., None], 2, 3),
