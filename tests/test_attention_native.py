@@ -94,13 +94,15 @@ def _check(lengths, key_lengths, heads, kv_heads, width, width_v, causal, dtype,
     layout=st.sampled_from(["contiguous", "transposed"]),
 )
 def test_matches_per_segment_sdpa_with_gradients(lengths, seed, kind, heads, widths, layout):
-    """Small tiles (3 query rows, 5 keys) so that segments span several of each: the online
-    softmax across key tiles and the causal diagonal inside a tile."""
+    """Small tiles (forward 3 query rows by 5 keys, backward 4 by 3) so that segments span
+    several of each: the online softmax across key tiles, the causal diagonal inside a tile."""
     causal = kind == "causal"
     key_lengths = [(3 * n + 2) % 9 for n in lengths] if kind == "cross" else lengths
     with (
         mock.patch.object(native, "BLOCK_Q", 3),
         mock.patch.object(native, "BLOCK_K", 5),
+        mock.patch.object(native, "BACKWARD_BLOCK_Q", 4),
+        mock.patch.object(native, "BACKWARD_BLOCK_K", 3),
         counting() as calls,
     ):
         _check(lengths, key_lengths, *heads, *widths, causal, torch.float64, seed, layout)
@@ -128,8 +130,9 @@ def test_queries_without_keys_give_zero_and_zero_gradient(calls):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_gradcheck(causal, monkeypatch):
-    monkeypatch.setattr(native, "BLOCK_Q", 2)
-    monkeypatch.setattr(native, "BLOCK_K", 3)
+    for name, size in (("BLOCK_Q", 2), ("BLOCK_K", 3), ("BACKWARD_BLOCK_Q", 3)):
+        monkeypatch.setattr(native, name, size)
+    monkeypatch.setattr(native, "BACKWARD_BLOCK_K", 2)
     q = arrays([3, 0, 5], 2, 3, 0)
     k = arrays([3, 0, 5], 1, 3, 1)
     v = arrays([3, 0, 5], 1, 2, 2)

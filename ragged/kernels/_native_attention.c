@@ -14,7 +14,10 @@
    Threads: `nthreads` pthreads (the caller's thread is one) take items from a shared counter,
    most expensive first; each item is computed by one thread in a fixed order, so results do not
    depend on the thread count. Inside the workers MKL is told to use one thread
-   (MKL_Set_Num_Threads_Local), where the library has that function. */
+   (MKL_Set_Num_Threads_Local), where the library has that function.
+
+   Built with -fopenmp-simd: the `omp simd` reductions (row maximum, sum of exponentials) are
+   vectorised without -ffast-math, which would break the -inf of hidden keys. */
 
 #include <math.h>
 #include <pthread.h>
@@ -195,9 +198,11 @@ static void SUF(rga_fwd_item)(SUF(rga_job) * j, const rga_item *it, T *S, T *acc
         continue;
       }
       T mx = s[0];
+#pragma omp simd reduction(max : mx)
       for (int64_t c = 1; c < n; c++) mx = s[c] > mx ? s[c] : mx;
       T mnew = mx > m[r] ? mx : m[r];
       T sum = 0;
+#pragma omp simd reduction(+ : sum)
       for (int64_t c = 0; c < n; c++) {
         T e = EXP(s[c] - mnew);
         s[c] = e;
@@ -310,6 +315,7 @@ static void SUF(rga_bwd_item)(SUF(rga_job) * j, const rga_item *it, T *P, T *dP,
     for (int64_t i = 0; i < Lq; i++) {
       const T *o = j->o + (qs + i) * H * Dv + h * Dv, *g = j->g + (qs + i) * H * Dv + h * Dv;
       T s = 0;
+#pragma omp simd reduction(+ : s)
       for (int64_t d = 0; d < Dv; d++) s += o[d] * g[d];
       delta[t * j->max_q + i] = s;
     }

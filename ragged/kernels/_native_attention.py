@@ -49,6 +49,8 @@ from ._attention_mods import Extras, Variant
 from ._native import differentiable, plain
 
 __all__ = [
+    "BACKWARD_BLOCK_K",
+    "BACKWARD_BLOCK_Q",
     "BLOCK_K",
     "BLOCK_Q",
     "ENABLED",
@@ -61,9 +63,11 @@ __all__ = [
 
 # Set to False to keep ragged.attention on the bucket path on CPU.
 ENABLED = True
-# Query rows and keys of one tile (see docs/benchmarks.md, "Attention", for the measurements).
-BLOCK_Q = 128
+# Query rows and keys of one tile, forward and backward (docs/benchmarks.md, "Attention").
+BLOCK_Q = 64
 BLOCK_K = 512
+BACKWARD_BLOCK_Q = 64
+BACKWARD_BLOCK_K = 64
 
 _SOURCE = Path(__file__).with_name("_native_attention.c")
 _DTYPES = {torch.float32: ("f32", ctypes.c_float), torch.float64: ("f64", ctypes.c_double)}
@@ -100,7 +104,7 @@ def _load() -> Any:
     symbols = _libtorch_symbols()
     if symbols is None:
         return None
-    lib = _native_build.load(_SOURCE, "attention", ("-pthread",))
+    lib = _native_build.load(_SOURCE, "attention", ("-pthread", "-fopenmp-simd"))
     if lib is None:
         return None
     i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
@@ -196,8 +200,7 @@ def _call(
         *sizes,
         scale,
         int(causal),
-        BLOCK_Q,
-        BLOCK_K,
+        *((BLOCK_Q, BLOCK_K) if kernel == "forward" else (BACKWARD_BLOCK_Q, BACKWARD_BLOCK_K)),
         torch.get_num_threads(),
         *(x.data_ptr() for x in outputs),
     )
