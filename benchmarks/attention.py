@@ -5,7 +5,11 @@ Data (issue 27): ``B=32`` sequences with log-normal lengths in [8, 512] (median 
 (``ragged.bench.compare``, alternating order), forward (``no_grad``) and forward+backward
 (gradients of ``q``, ``k``, ``v`` for a fixed output gradient):
 
-* ``ragged.attention``: the RaggedArrays ``(B, L*, H, Dh)``;
+* ``ragged.attention``: the RaggedArrays ``(B, L*, H, Dh)`` (on CPU the native tiled kernel,
+  ``ragged/kernels/_native_attention.py``);
+* ``ragged, bucket path``: the same call with the native kernel switched off
+  (``_native_attention.ENABLED = False``): length buckets on torch's CPU flash kernel, the path
+  before it and its fallback;
 * ``SDPA loop``: one ``F.scaled_dot_product_attention(is_causal=True)`` per sequence
   (split, attend, concatenate);
 * ``flex_attention``: torch's ``flex_attention`` compiled (``torch.compile``, Inductor), on the
@@ -40,6 +44,7 @@ import torch.nn.functional as F
 
 import ragged
 from ragged.bench import Table, compare, per_call, pin_cpu, write_result
+from ragged.kernels import _native_attention as native_attention
 
 HEADS, HEAD_DIM = 8, 64
 TILE = 512  # the matmul tile: [TILE, HEAD_DIM] @ [HEAD_DIM, TILE]
@@ -100,20 +105,31 @@ class Batch:
         return out.transpose(1, 2)
 
 
-def ragged_attention(batch: Batch, grad: bool) -> Callable[[], Any]:
+def ragged_attention(batch: Batch, grad: bool, native: bool = True) -> Callable[[], Any]:
     def run() -> Any:
         q, k, v = batch.leaves(grad)
-        out = ragged.attention(
-            batch.template.with_values(q),
-            batch.template.with_values(k),
-            batch.template.with_values(v),
-            causal=True,
-        ).values
-        if grad:
-            torch.autograd.backward(out, batch.grad)
+        before = native_attention.ENABLED
+        native_attention.ENABLED = native
+        try:
+            out = ragged.attention(
+                batch.template.with_values(q),
+                batch.template.with_values(k),
+                batch.template.with_values(v),
+                causal=True,
+            ).values
+            if grad:
+                torch.autograd.backward(out, batch.grad)
+        finally:
+            native_attention.ENABLED = before
         return out
 
     return run
+
+
+def bucket_path(batch: Batch, grad: bool) -> Callable[[], Any]:
+    """``ragged.attention`` with the native kernel switched off: the length buckets on torch's
+    CPU flash kernel (the path before the native kernel, and its fallback)."""
+    return ragged_attention(batch, grad, native=False)
 
 
 def sdpa_loop(batch: Batch, grad: bool) -> Callable[[], Any]:
@@ -209,6 +225,7 @@ def main() -> None:
     modes: dict[str, dict[str, Callable[[], Any]]] = {"forward": {}, "forward+backward": {}}
     makers = {
         "ragged.attention": ragged_attention,
+        "ragged, bucket path": bucket_path,
         "SDPA loop": sdpa_loop,
         "padded SDPA": padded_sdpa,
         "NJT SDPA": nested_sdpa,

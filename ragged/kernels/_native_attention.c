@@ -48,20 +48,48 @@ int rga_init(void *sgemm, void *dgemm, void *local_threads) {
   return 0;
 }
 
+/* With -DRGA_PROFILE (tools and docs/benchmarks.md, "Where the attention time goes"): the
+   time-stamp counter ticks spent inside the GEMM calls and inside whole kernel calls, summed
+   over threads; rga_profile copies and resets them. */
+#ifdef RGA_PROFILE
+#include <x86intrin.h>
+static uint64_t rga_ticks[2];
+#define RGA_START uint64_t rga_t0 = __rdtsc();
+#define RGA_STOP(slot) __atomic_fetch_add(&rga_ticks[slot], __rdtsc() - rga_t0, __ATOMIC_RELAXED);
+#else
+#define RGA_START
+#define RGA_STOP(slot)
+#endif
+
+int rga_profile(uint64_t *out) {
+#ifdef RGA_PROFILE
+  out[0] = rga_ticks[0], out[1] = rga_ticks[1];
+  rga_ticks[0] = rga_ticks[1] = 0;
+  return 0;
+#else
+  (void)out;
+  return 1;
+#endif
+}
+
 /* Row-major C[M, N] = alpha op(A) op(B) + beta C, as the column-major product C^T = op(B)^T
    op(A)^T. `ta`/`tb`: 'N' or 'T' for A and B as row-major matrices. */
 static void rga_gemm_f32(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                          float *C, int64_t ldc) {
   int m = (int)N, n = (int)M, k = (int)K, la = (int)ldb, lb = (int)lda, lc = (int)ldc;
+  RGA_START
   rga_sgemm(&tb, &ta, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc);
+  RGA_STOP(0)
 }
 
 static void rga_gemm_f64(char ta, char tb, int64_t M, int64_t N, int64_t K, double alpha,
                          const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
                          double *C, int64_t ldc) {
   int m = (int)N, n = (int)M, k = (int)K, la = (int)ldb, lb = (int)lda, lc = (int)ldc;
+  RGA_START
   rga_dgemm(&tb, &ta, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc);
+  RGA_STOP(0)
 }
 
 /* exp for float, vectorisable (no calls, no branches): Cephes' expf, ~1 ulp (the same
@@ -242,8 +270,11 @@ static void *SUF(rga_fwd_worker)(void *p) {
     j->status = 2;
   } else {
     T *acc = S + j->br * j->bc, *m = acc + j->br * j->Dv, *l = m + j->br;
-    for (int64_t i = SUF(rga_take)(j); i < j->num_items; i = SUF(rga_take)(j))
+    for (int64_t i = SUF(rga_take)(j); i < j->num_items; i = SUF(rga_take)(j)) {
+      RGA_START
       SUF(rga_fwd_item)(j, &j->items[i], S, acc, m, l);
+      RGA_STOP(1)
+    }
     free(S);
   }
   if (rga_local_threads) rga_local_threads(previous);
@@ -376,8 +407,11 @@ static void *SUF(rga_bwd_worker)(void *p) {
     j->status = 2;
   } else {
     T *dP = P + tile, *dKa = dP + tile, *dVa = dKa + j->bc * j->D, *delta = dVa + j->bc * j->Dv;
-    for (int64_t i = SUF(rga_take)(j); i < j->num_items; i = SUF(rga_take)(j))
+    for (int64_t i = SUF(rga_take)(j); i < j->num_items; i = SUF(rga_take)(j)) {
+      RGA_START
       SUF(rga_bwd_item)(j, &j->items[i], P, dP, dKa, dVa, delta);
+      RGA_STOP(1)
+    }
     free(P);
   }
   if (rga_local_threads) rga_local_threads(previous);

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ __all__ = [
     "backward",
     "forward",
     "offsets_of",
+    "profile",
     "runs",
 ]
 
@@ -100,13 +102,16 @@ def _libtorch_symbols() -> tuple[int, int, int] | None:
     return None
 
 
-def _load() -> Any:
+def _load(profiled: bool = False) -> Any:
     symbols = _libtorch_symbols()
     if symbols is None:
         return None
-    lib = _native_build.load(_SOURCE, "attention", ("-pthread", "-fopenmp-simd"))
+    flags = ("-pthread", "-fopenmp-simd", *(("-DRGA_PROFILE",) if profiled else ()))
+    lib = _native_build.load(_SOURCE, "attention_profile" if profiled else "attention", flags)
     if lib is None:
         return None
+    lib.rga_profile.argtypes = [ctypes.c_void_p]
+    lib.rga_profile.restype = ctypes.c_int
     i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
     lib.rga_init.argtypes = [ptr, ptr, ptr]
     lib.rga_init.restype = i32
@@ -128,6 +133,27 @@ def library() -> Any:
             if "lib" not in _state:
                 _state["lib"] = _load()
     return _state["lib"]
+
+
+def profile(run: Callable[[], Any]) -> tuple[float, float]:
+    """Where the kernel's time goes (for ``benchmarks/attention.py --profile``): calls ``run()``
+    on a build that counts time-stamp ticks, and returns the ticks inside the kernels' work
+    items and the share of them inside the GEMM calls (the rest: the softmax in C, the
+    rescaling and the writes). Raises ``RuntimeError`` where the profiling build is unavailable
+    (it reads the x86 time-stamp counter)."""
+    lib = _load(profiled=True)
+    if lib is None:
+        raise RuntimeError("ragged.kernels._native_attention.profile: no profiling build here")
+    ticks = (ctypes.c_uint64 * 2)()
+    normal = library()
+    _state["lib"] = lib
+    try:
+        lib.rga_profile(ticks)
+        run()
+        lib.rga_profile(ticks)
+    finally:
+        _state["lib"] = normal
+    return float(ticks[1]), ticks[0] / max(ticks[1], 1)
 
 
 def runs(
