@@ -27,7 +27,8 @@ the table gives each contestant's useful GFLOP/s, its share of that rate and its
 ``ragged.attention``'s (the median over rounds of the per-round ratios: above 1 is slower).
 
 Run: ``python benchmarks/attention.py [--quick] [--threads 1] [--reps 15] [--no-flex]
-[--json out.json]`` (``--quick``: 8 sequences up to 256 rows, 5 rounds, no flex).
+[--json out.json] [--profile]`` (``--quick``: 8 sequences up to 256 rows, 5 rounds, no flex;
+``--profile``: also the share of the native kernel's time inside the GEMM calls).
 """
 
 from __future__ import annotations
@@ -198,6 +199,26 @@ def flex(batch: Batch) -> Callable[[], Any]:
     return run
 
 
+def where_time_goes(batch: Batch, reps: int) -> str:
+    """The share of the native kernel's time inside torch's GEMM calls (the rest: the softmax,
+    rescaling and writes in C), forward and backward, the median of ``reps`` calls each."""
+    q, k, v = batch.q, batch.k, batch.v
+    offsets = batch.template.partition.levels[0].offsets
+    scale = HEAD_DIM**-0.5
+    out, lse = native_attention.forward(q, k, v, offsets, offsets, scale, True)
+    calls = {
+        "forward": lambda: native_attention.forward(q, k, v, offsets, offsets, scale, True),
+        "backward": lambda: native_attention.backward(
+            batch.grad, q, k, v, out, lse, offsets, offsets, scale, True
+        ),
+    }
+    lines = []
+    for name, call in calls.items():
+        shares = sorted(native_attention.profile(call)[1] for _ in range(reps))
+        lines.append(f"native {name}: {shares[len(shares) // 2]:.0%} of the time in GEMM calls")
+    return "\n".join(lines)
+
+
 def reason(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:90] if text else ''}"
@@ -211,6 +232,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-flex", action="store_true", help="skip compiled flex_attention")
     parser.add_argument("--json", help="write the result document here")
+    parser.add_argument(
+        "--profile", action="store_true", help="also the GEMM share of the native kernel's time"
+    )
     args = parser.parse_args()
     if hasattr(os, "sched_getaffinity"):  # the last `threads` CPUs this process may use
         pin_cpu(set(sorted(os.sched_getaffinity(0))[-args.threads :]))
@@ -283,6 +307,8 @@ def main() -> None:
     if compile_seconds is not None:
         table.notes.append(f"flex_attention: compile and first call {compile_seconds:.0f} s.")
     print(table.text())
+    if args.profile:
+        print(where_time_goes(batch, reps))
     if args.json:
         write_result(args.json, "attention", [table], quick=args.quick, metric="wall")
 

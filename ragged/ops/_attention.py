@@ -182,9 +182,11 @@ def attention(
 
     Host reads: on CUDA none when the partitions' maximum lengths are known statically (they
     are whenever a partition came from host data): the fused variable-length kernels or the
-    tiled formulation run. On CPU in eager mode the segment lengths are read once per partition
-    object (cached). Under ``torch.compile`` the graph has none: on CPU the kernel is a custom op
-    that reads the lengths from memory when it runs. Off CPU, the one read left is
+    tiled formulation run. On CPU in eager mode, plain or causal attention with grouped-query
+    heads and no other variant runs a native tiled kernel that reads the offsets from memory
+    (no host read, no plan); with the other variants the segment lengths are read once per
+    partition object (cached). Under ``torch.compile`` the graph has none: on CPU the kernel is
+    a custom op that reads the lengths from memory when it runs. Off CPU, the one read left is
     cross-attention without a ``bias`` whose maximum lengths are both unknown.
 
     On CUDA the fused kernels have no double backward: ``create_graph=True`` through them
