@@ -82,12 +82,10 @@ def axis_on_storage(
     func: Any, x: RaggedArray, axis: Any, fn: Callable[[RaggedArray, int], RaggedArray]
 ) -> RaggedArray:
     """``fn(x, axis)`` for an op that keeps the shape, on a permuted ``x``: run on the storage
-    order with ``axis`` (an int, logical) moved along, and the logical order given back."""
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        raise TypeError(
-            f"{func}: `axis` must be an int on an array with a permuted layout (its names "
-            f"follow the logical order), got {axis!r}."
-        )
+    order with ``axis`` (an int or a name, logical) moved along, and the logical order given
+    back."""
+    if isinstance(axis, str) and x.axes is not None and axis in x.axes:
+        axis = x.axes.index(axis)  # names are in the logical order
     d = logical_dim(func, axis, x.ndim, "axis")
     storage = d if d == 0 else logical_order(x)[d - 1]
     out = fn(storage_view(x), storage)
