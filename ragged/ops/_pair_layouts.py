@@ -64,6 +64,13 @@ def ragged_product(a: RaggedArray, b: RaggedArray) -> RaggedArray | None:
     oa, ob = logical_order(a), logical_order(b)
     k = n - 3  # batch axes (heads) before the two matrix axes
     if a.ragged_ndim == 1 and oa[-2] == 1 and ob[-1] == 1:  # (.., N*, D) @ (.., D, M*)
+        if a.values.shape[1:-1] != b.values.shape[1:-1]:
+            raise ValueError(
+                f"ragged.matmul: the axes before the matrix axes (heads) of `a` "
+                f"{tuple(a.shape)} and `b` {tuple(b.shape)} must be equal; repeat the "
+                "key/value heads for grouped-query attention (or use "
+                "F.scaled_dot_product_attention with enable_gqa=True)."
+            )
         out = pair_dot(storage_view(a), storage_view(b))
         names = None
         if a.axes is not None and b.axes is not None:
