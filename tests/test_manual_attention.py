@@ -209,6 +209,19 @@ def test_bmm_family_matches_each_segment(fn: Callable[..., Any], weight: torch.T
     per_segment_grads(fn, batch(LENGTHS, 4, seed=9), weight)
 
 
+def test_a_dense_matrix_multiplies_the_rows_in_the_head_first_layout() -> None:
+    segments = batch(LENGTHS, 8)
+    q = heads(ragged.array(segments), 2)  # (B, H, L*, 4)
+    w = torch.randn(4, 3, dtype=torch.float64)
+    out = q @ w
+    assert out.order == q.order and out.shape[-1] == 3
+    for b, segment in enumerate(segments):
+        expected = heads(segment[None], 2) @ w
+        torch.testing.assert_close(out.transpose(1, 2)[b], expected[0].transpose(0, 1))
+    with pytest.raises(TypeError, match="has its ragged axis moved"):
+        q.transpose(-2, -1) @ torch.randn(3, 4, dtype=torch.float64)  # (B, H, 4, L*) @ w
+
+
 def test_bmm_errors_name_the_shapes() -> None:
     x = ragged.array(batch([2, 1], 4))
     with pytest.raises(ValueError, match=r"torch\.bmm: `input` and `mat2` must be the pair map"):

@@ -28,9 +28,10 @@ import torch
 
 from .._array import RaggedArray
 from .._layout import build, logical_dim, logical_order
+from .._versions import refuse_permuted
 from ._pairs import pair_dot, pair_matmul
 
-__all__ = ["axis_on_storage", "pair_triangle", "ragged_product", "storage_view"]
+__all__ = ["axis_on_storage", "pair_triangle", "ragged_product", "rows_times", "storage_view"]
 
 
 def storage_view(x: RaggedArray) -> RaggedArray:
@@ -83,6 +84,18 @@ def ragged_product(a: RaggedArray, b: RaggedArray) -> RaggedArray | None:
             names = _distinct((*a.axes[:-1], b.axes[-1]))
         return build(out, out.values, names, (*range(2, 2 + k), 1, k + 2))
     return None
+
+
+def rows_times(
+    func: Any, x: RaggedArray, w: Any, fn: Callable[[Any, RaggedArray, Any], RaggedArray]
+) -> RaggedArray:
+    """``fn(func, x, w)`` (``x @ w`` on the last axis) for a permuted ``x`` whose last logical
+    axis is an inner one (so also its last storage axis) and a 2-D ``w``: the layout is kept.
+    Other cases refuse with the permuted-layout error."""
+    if w.dim() != 2 or logical_order(x)[-1] <= x.ragged_ndim:
+        raise refuse_permuted(func, "a")
+    out = fn(func, storage_view(x), w)
+    return build(out, out.values, x.axes, logical_order(x))
 
 
 def axis_on_storage(

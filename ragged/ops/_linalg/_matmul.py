@@ -25,7 +25,7 @@ from ..._errors import Func, name_of, type_error, typename, value_error
 from ..._format import shape_text
 from ..._registry import op, refuse
 from ..._versions import check_unchanged
-from .._pair_layouts import ragged_product
+from .._pair_layouts import ragged_product, rows_times
 from .._pairs import RaggedTranspose, pair_dot
 
 RAGGED_RIGHT = (
@@ -108,8 +108,10 @@ def matmul(a: Any, b: Any) -> RaggedArray:
             raise NotImplementedError(f"{name_of(func)}: {RAGGED_RIGHT}")
         return product
     if a_ragged:
-        check_unchanged(func, a, None, ("a", "b"))
+        check_unchanged(func, a, None, ("a", "b"), any_layout=True)
         _check_dense(func, "b", b, a)
+        if a.order is not None:  # e.g. (B, H, L*, Dh) @ (Dh, E): the rows, in any layout
+            return rows_times(func, a, b, _matmul_right)
         return _matmul_right(func, a, b)
     if b_ragged:
         check_unchanged(func, b, None, ("b", "a"))
