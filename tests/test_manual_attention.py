@@ -125,6 +125,21 @@ def test_causal_chain_gradcheck() -> None:
     torch.autograd.gradcheck(f, (values,))
 
 
+def test_torch_func_grad_through_the_chain() -> None:
+    """``torch.func.grad`` takes and returns the RaggedArray; it equals autograd's gradient."""
+
+    def loss(x: Any) -> Any:
+        return manual_attention(heads(x, 2), heads(x, 2), heads(x, 2), True).values.pow(2).sum()
+
+    lengths = [3, 1, 2]
+    x = ragged.array(batch(lengths, 4, seed=10))
+    got = torch.func.grad(loss)(x)
+    values = x.values.clone().requires_grad_()
+    loss(ragged.from_lengths(values, lengths)).backward()
+    assert isinstance(got, ragged.RaggedArray) and got.partition is x.partition
+    torch.testing.assert_close(got.values, values.grad)
+
+
 @pytest.mark.parametrize("diagonal", [-1, 0, 1])
 @pytest.mark.parametrize("upper", [False, True])
 def test_tril_triu_of_a_pair_map_per_segment(diagonal: int, upper: bool) -> None:
