@@ -82,6 +82,9 @@ PATTERNS: list[tuple[bool, Callable[[Any, Arrays], Any]]] = [
     (False, lambda f, a: f(a["x"], a["x"].shape, 0.5)),  # new_full
     *[(False, lambda f, a, g=gates: _recurrent(f, a["x"], g)) for gates in (1, 3, 4)],
     (True, lambda f, a: _attend(f, a["x"], a["y"])),
+    (False, lambda f, a: f(a["m"])),  # tril, triu of two inner axes
+    (False, lambda f, a: f(a["x"], a["x"].transpose(1, 2))),  # bmm: the pair map
+    (False, lambda f, a: f(a["x"] @ a["x"].mT, a["x"], a["x"].transpose(1, 2))),  # baddbmm
 ]
 
 

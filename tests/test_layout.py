@@ -76,8 +76,13 @@ def test_permuted_arrays_refuse_storage_order_ops() -> None:
     q = make(2, 3).transpose(1, 2)
     with pytest.raises(TypeError, match=r"^RaggedArray\.sum: `input` has its ragged axis moved"):
         q.sum(-1)
-    with pytest.raises(TypeError, match=r"^ragged\.softmax: `x` has its ragged axis moved"):
-        ragged.softmax(q, -1)
+    with pytest.raises(TypeError, match=r"^ragged\.cumsum: `x` has its ragged axis moved"):
+        ragged.cumsum(q, -1)
+    # softmax maps the logical axis to the storage one (tests/test_manual_attention.py)
+    for logical, storage in ((2, 1), (-1, 3), (1, 2)):
+        ragged.testing.assert_close(
+            ragged.softmax(q, logical).transpose(1, 2), ragged.softmax(make(2, 3), storage)
+        )
     with pytest.raises(TypeError, match=r"^RaggedArray\.transpose: `dims` \(1, 0, 2, 3\) moves"):
         q.transpose(0, 1)  # the sequence-first view is of arrays in the storage order only
 

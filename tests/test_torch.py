@@ -652,6 +652,8 @@ EXPLICIT_FNS = [
     F.embedding,
     F.one_hot,
     torch.autograd.grad,  # tests/test_immutability.py
+    *[torch.bmm, torch.baddbmm, torch.tril, torch.triu],  # tests/test_manual_attention.py
+    *[torch.ones_like, torch.zeros_like],  # tests/test_manual_attention.py
     *[getattr(F, n) for n in torchtable.LOSSES],
 ]
 EXPLICIT_METHODS = [
@@ -694,6 +696,7 @@ EXPLICIT_METHODS = [
     "cuda",
     "type_as",
     "diff",
+    *["bmm", "baddbmm", "tril", "triu"],  # tests/test_manual_attention.py
 ]
 
 
@@ -800,6 +803,23 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
         ],
         F.mse_loss(x, y, reduction="none"),
         *[getattr(x, name)() for name in _pointwise.DTYPES],
+        *_pair_calls(x, y),
+    ]
+
+
+def _pair_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
+    """The explicit rows of tests/test_manual_attention.py (pair maps from (B, L*, 3))."""
+    pairs = torch.bmm(x, y.transpose(1, 2))
+    return [
+        pairs,
+        x.bmm(y.transpose(1, 2)),
+        torch.bmm(pairs, y),
+        torch.baddbmm(pairs, x, y.transpose(1, 2), alpha=0.5),
+        pairs.baddbmm(x, x.transpose(1, 2)),
+        torch.tril(pairs),
+        pairs.triu(1) + torch.triu(pairs, -1),
+        torch.ones_like(pairs).tril() == 0,
+        torch.zeros_like(x),
     ]
 
 

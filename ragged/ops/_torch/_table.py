@@ -26,6 +26,7 @@ from . import _handlers as _handlers
 from . import _immutable as _immutable
 from . import _mha as _mha
 from . import _model_calls as _model_calls
+from . import _pair_calls as _pair_calls
 from . import _recurrent as _recurrent
 from . import _tensor as _tensor
 from ._spelling import ERRORS, RENAMING, TORCH_RENAMES, display_name, rename_error, spelled
