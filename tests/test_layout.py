@@ -176,3 +176,20 @@ def test_permuted_arrays_pickle_with_their_layout() -> None:
     fields = {"values": q.values, "partition": q.partition, "axes": None, "order": (1, 2, 3, 4)}
     with pytest.raises(ValueError, match="`order` must be a layout"):
         ragged._serialization.import_ragged_before_torch_load("RaggedArray", fields)
+
+
+def test_a_permuted_input_compiles() -> None:
+    """A head-first array passed *into* a compiled function (its order ints are symbolic under
+    ``dynamic=True``) answers as in eager mode, in one graph across batches."""
+    batches = []
+    for i, lengths in enumerate([[3, 1, 4], [2, 5]]):
+        x = ragged.array(
+            [torch.randn(n, 4, generator=torch.Generator().manual_seed(i)) for n in lengths]
+        )
+        B, T, _ = x.size()
+        batches.append((x.view(B, T, 2, 2).transpose(1, 2),))
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(
+            lambda q: (q * 2).transpose(1, 2).permute(0, 1, 3, 2), batches, backend="eager"
+        )
+    assert report.graphs == 1
