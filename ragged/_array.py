@@ -396,6 +396,20 @@ class RaggedArray(Pickled, TensorMethods):
     def __iter__(self) -> Any:
         return iter(self.unbind())
 
+    # torch.as_tensor, torch.tensor and torch.asarray never dispatch to __torch_function__: they
+    # ask for DLPack (``__dlpack_device__`` first) before reading an object as a sequence, and
+    # numpy asks for ``__array__``. A RaggedArray is no dense array: all refuse, naming the
+    # dense tensors it has.
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        raise _not_dense()
+
+    def __dlpack_device__(self) -> Any:
+        raise _not_dense()
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise _not_dense()
+
     @classmethod
     def __torch_function__(
         cls,
@@ -472,6 +486,15 @@ class RaggedArray(Pickled, TensorMethods):
         def is_nested(self) -> bool: ...
 
     __hash__ = object.__hash__  # `==` is elementwise; identity hashing, as for torch.Tensor
+
+
+def _not_dense() -> TypeError:
+    return TypeError(
+        "RaggedArray: a RaggedArray is no dense tensor, so torch.as_tensor, torch.tensor, "
+        "torch.asarray, torch.from_dlpack and numpy.asarray cannot convert it; use x.values "
+        "(the rows of every segment back to back) or x.to_padded() (a dense (B, L, ...) "
+        "tensor, with x.to_mask() for its real positions)."
+    )
 
 
 # A RaggedArray is a sequence of its segments (``len``, iteration, ``x[b]``): so

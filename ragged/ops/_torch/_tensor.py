@@ -22,6 +22,7 @@ from ..._shape import RaggedShape, RaggedSize
 from ..._versions import check_unchanged
 from .._combining import split as ragged_split
 from .._pairs import transpose as pair_transpose
+from ._immutable import refuse_nn_init
 from ._spelling import torch_handler
 
 
@@ -342,6 +343,7 @@ def _size(self: RaggedArray, dim: int | None = None) -> Any:
 )
 @_any_layout
 def _dim(self: RaggedArray) -> int:
+    refuse_nn_init()  # xavier_*, kaiming_normal_, orthogonal_, eye_ read it before writing
     return self.ndim
 
 
