@@ -5,7 +5,10 @@ tuple of arrays to ``torch.cat``/``torch.stack`` under ``torch.compile``."""
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import subprocess
+import sys
 import warnings
 from typing import Any
 
@@ -108,3 +111,57 @@ def test_shape_reads_outside_nn_init_still_answer():
     assert ragged.array([[1.0]]).to("meta").is_meta
     with pytest.raises(TypeError, match=r"^RaggedArray.zero_: RaggedArrays are immutable"):
         x.zero_()
+
+
+# --- a tuple of arrays to torch.cat / torch.stack under torch.compile -------------------------
+
+
+def test_tuple_of_arrays_to_cat_and_stack_compiles_in_one_graph():
+    from torch._dynamo.testing import CompileCounter
+
+    from ragged.ops._torch import _dynamo_tuples
+
+    x = ragged.from_lengths(torch.arange(10.0, dtype=torch.float64).reshape(5, 2), [2, 0, 3])
+    y = x.with_values(x.values * 10 - 1)
+
+    def f(x, y):
+        return (
+            torch.cat((x, y), dim=1),
+            torch.stack((x, y), dim=-1),
+            torch.cat([x, y], dim=-1),
+        )
+
+    counter = CompileCounter()
+    torch._dynamo.reset()
+    got = torch.compile(f, backend=counter, fullgraph=True)(x, y)
+    assert counter.frame_count == 1
+    module = sys.modules[_dynamo_tuples.TARGET]
+    assert getattr(module._flatten_vts, "__ragged_opens_tuples__", False)
+    for out, want in zip(got, f(x, y), strict=True):
+        assert torch.equal(out.values, want.values)
+        assert torch.equal(out.lengths, want.lengths)
+    # the per-segment reference
+    for b in range(3):
+        torch.testing.assert_close(got[0][b], torch.cat([x[b], y[b]], 0))
+        torch.testing.assert_close(got[1][b], torch.stack([x[b], y[b]], -1))
+
+
+def test_import_ragged_does_not_import_dynamo_for_the_tuple_hook():
+    code = (
+        "import sys, ragged; "
+        "from ragged.ops._torch import _dynamo_tuples as m; "
+        "assert 'torch._dynamo' not in sys.modules; "
+        "assert any(type(f).__name__ == '_Finder' for f in sys.meta_path); "
+        "import torch._dynamo; "
+        "mod = sys.modules[m.TARGET]; "
+        "assert mod._flatten_vts.__ragged_opens_tuples__; "
+        "assert not any(type(f).__name__ == '_Finder' for f in sys.meta_path)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=_env())
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    return env

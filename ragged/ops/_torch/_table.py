@@ -22,6 +22,7 @@ from ..._array import RaggedArray
 from ..._torch_args import refuse_out
 from ..._versions import check_unchanged
 from .. import _pointwise as _pointwise
+from . import _dynamo_tuples as dynamo_tuples
 from . import _handlers as _handlers
 from . import _immutable as _immutable
 from . import _model_calls as _model_calls
@@ -169,3 +170,4 @@ def install(extra: dict[Any, Callable[..., Any]]) -> None:
     _array.TORCH_FUNCTIONS.update(table)
     python = [(f, h) for f, h in table.items() if isinstance(f, types.FunctionType)]
     _array.TORCH_PYTHON_FUNCTIONS[:] = python
+    dynamo_tuples.install()  # torch.cat((x, y)) under torch.compile: Dynamo opens tuples too
