@@ -422,10 +422,11 @@ class RaggedArray(Pickled, TensorMethods):
         ``nn.Linear(8, 4)(x)``; one dict lookup, then the handler generated from the op registry
         (see ``docs/torch.md``, "torch functions on RaggedArrays").
         """
-        if isinstance(func, FunctionType) and _compiling():
+        if type(func) is FunctionType and _compiling():
             # Dynamo (torch 2.13) misses in a dict some Python functions it traces, such as the
-            # wrapper behind ``Tensor.__rdiv__`` that it calls for ``x / t``: compare by identity
-            # (tests/test_torch.py compiles ``x / t``: re-check this branch on a torch upgrade).
+            # wrapper behind ``Tensor.__rdiv__`` that it calls for ``x / t`` (and a guard on the
+            # miss fails at once): compare by identity (tests/test_torch.py compiles ``x / t``:
+            # re-check this branch on a torch upgrade).
             handler = next((h for f, h in TORCH_PYTHON_FUNCTIONS if f is func), None)
         else:
             handler = TORCH_FUNCTIONS.get(func)

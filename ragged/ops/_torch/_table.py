@@ -134,6 +134,8 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
 
 def _lifted(entry: Any, handler: Callable[..., Any]) -> Callable[..., Any]:
     """The elementwise handlers take permuted arrays too (``ragged._layout.pointwise``)."""
+    if getattr(handler, "lifts_layouts", False):  # lifts them itself (the unary fast path)
+        return handler
     casts = set(entry.methods) & set(_pointwise.DTYPES)
     return _layout.pointwise(handler) if entry.family == "elementwise" or casts else handler
 
