@@ -165,3 +165,93 @@ def _env() -> dict[str, str]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
     return env
+
+
+# --- score_mod / mask_mod checks under torch.compile -----------------------------------------
+
+MOD_CASES = {
+    "score_mod arity": (
+        {"score_mod": lambda s, b, h, i: s},
+        TypeError,
+        "ragged.attention: `score_mod` must take 5 arguments (score, b, h, q_idx, kv_idx), got "
+        "signature (s, b, h, i).",
+    ),
+    "mask_mod arity": (
+        {"mask_mod": lambda b, h, *rest, scale: b >= 0},
+        TypeError,
+        "ragged.attention: `mask_mod` must take 4 arguments (b, h, q_idx, kv_idx), got "
+        "signature (b, h, *rest, scale).",
+    ),
+    "score_mod 0-d": (
+        {"score_mod": lambda s, b, h, i, j: s.sum()},
+        ValueError,
+        "ragged.attention: `score_mod` must return a floating tensor of the score's shape",
+    ),
+    "mask_mod float": (
+        {"mask_mod": lambda b, h, i, j: (i >= j).float()},
+        ValueError,
+        "ragged.attention: `mask_mod` must return a boolean tensor that broadcasts",
+    ),
+}
+
+
+def _error_chain(error: BaseException) -> str:
+    texts = []
+    while error is not None:
+        texts.append(str(error))
+        error = error.__cause__
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("case", list(MOD_CASES))
+def test_mod_checks_hold_under_compile(case):
+    kwargs, kind, message = MOD_CASES[case]
+    q = ragged.from_lengths(torch.randn(5, 2, 4, dtype=torch.float64), [2, 3])
+    with pytest.raises(kind, match="^" + re.escape(message)):
+        ragged.attention(q, q, q, **kwargs)  # eager
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(lambda q: ragged.attention(q, q, q, **kwargs), backend="eager")
+        with pytest.raises(kind, match="^" + re.escape(message)):
+            compiled(q)  # Dynamo traces the check, raises it, and the eager rerun names it
+        full = torch.compile(
+            lambda q: ragged.attention(q, q, q, **kwargs), backend="eager", fullgraph=True
+        )
+        with pytest.raises(torch._dynamo.exc.Unsupported) as info:
+            full(q)
+        assert message in _error_chain(info.value)  # raised while tracing, not after
+    finally:
+        torch._dynamo.reset()
+
+
+def test_checked_mods_compile_in_one_graph():
+    from torch._dynamo.testing import CompileCounter
+
+    q = ragged.from_lengths(torch.randn(5, 2, 4, dtype=torch.float64), [2, 3])
+
+    def f(q):
+        return ragged.attention(
+            q,
+            q,
+            q,
+            score_mod=lambda s, b, h, i, j: s - 0.1 * (i - j).abs(),
+            mask_mod=lambda b, h, i, j: i >= j,
+        )
+
+    counter = CompileCounter()
+    torch._dynamo.reset()
+    try:
+        got = torch.compile(f, backend=counter, fullgraph=True)(q)
+    finally:
+        torch._dynamo.reset()
+    assert counter.frame_count == 1
+    want = f(q)
+    torch.testing.assert_close(got.values, want.values)
+    for b, n in enumerate([2, 3]):  # the per-segment reference
+        seg = q[b].transpose(0, 1)  # (heads, n, d)
+        scores = seg @ seg.transpose(-1, -2) / 2.0
+        i = torch.arange(n)[:, None]
+        j = torch.arange(n)[None, :]
+        scores = (scores - 0.1 * (i - j).abs()).masked_fill(i < j, float("-inf"))
+        ref = (scores.softmax(-1) @ seg).transpose(0, 1)
+        torch.testing.assert_close(got[b], ref)
