@@ -255,3 +255,25 @@ def test_checked_mods_compile_in_one_graph():
         scores = (scores - 0.1 * (i - j).abs()).masked_fill(i < j, float("-inf"))
         ref = (scores.softmax(-1) @ seg).transpose(0, 1)
         torch.testing.assert_close(got[b], ref)
+
+
+# --- conversions check in-place edits --------------------------------------------------------
+
+
+@pytest.mark.parametrize("convert", ["to_padded", "to_mask"])
+def test_conversions_refuse_an_edited_array(convert):
+    x = _array()
+    x.values.add_(1)
+    if convert == "to_padded":
+        with pytest.raises(ValueError, match=r"^ragged.to_padded: `x` was modified in place"):
+            x.to_padded()
+    y = _array()
+    y.offsets[1] = 1
+    with pytest.raises(
+        ValueError,
+        match=rf"^ragged.{convert}: `x` was modified in place .*"
+        r"its partition's offsets",
+    ):
+        getattr(y, convert)()
+    fresh = _array()
+    assert getattr(fresh, convert)().shape[:2] == (2, 2)
