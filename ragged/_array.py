@@ -36,6 +36,12 @@ __all__ = ["RaggedArray"]
 # functions, for the lookup by identity that torch.compile needs for some of them.
 TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {}
 TORCH_PYTHON_FUNCTIONS: list[tuple[Any, Callable[..., Any]]] = []
+NOT_DENSE = (
+    "RaggedArray: a RaggedArray is no dense tensor, so torch.as_tensor, torch.tensor, "
+    "torch.asarray, torch.from_dlpack and numpy.asarray cannot convert it; use x.values (the "
+    "rows of every segment back to back) or x.to_padded() (a dense (B, L, ...) tensor, with "
+    "x.to_mask() for its real positions)."
+)
 _compiling = torch.compiler.is_compiling
 
 
@@ -396,19 +402,16 @@ class RaggedArray(Pickled, TensorMethods):
     def __iter__(self) -> Any:
         return iter(self.unbind())
 
-    # torch.as_tensor, torch.tensor and torch.asarray never dispatch to __torch_function__: they
-    # ask for DLPack (``__dlpack_device__`` first) before reading an object as a sequence, and
-    # numpy asks for ``__array__``. A RaggedArray is no dense array: all refuse, naming the
-    # dense tensors it has.
-
+    # torch.as_tensor/tensor/asarray never dispatch to __torch_function__: they ask for DLPack
+    # (``__dlpack_device__`` first), numpy for ``__array__``. No dense array: all refuse.
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-        raise _not_dense()
+        raise TypeError(NOT_DENSE)
 
     def __dlpack_device__(self) -> Any:
-        raise _not_dense()
+        raise TypeError(NOT_DENSE)
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
-        raise _not_dense()
+        raise TypeError(NOT_DENSE)
 
     @classmethod
     def __torch_function__(
@@ -487,15 +490,6 @@ class RaggedArray(Pickled, TensorMethods):
         def is_nested(self) -> bool: ...
 
     __hash__ = object.__hash__  # `==` is elementwise; identity hashing, as for torch.Tensor
-
-
-def _not_dense() -> TypeError:
-    return TypeError(
-        "RaggedArray: a RaggedArray is no dense tensor, so torch.as_tensor, torch.tensor, "
-        "torch.asarray, torch.from_dlpack and numpy.asarray cannot convert it; use x.values "
-        "(the rows of every segment back to back) or x.to_padded() (a dense (B, L, ...) "
-        "tensor, with x.to_mask() for its real positions)."
-    )
 
 
 # A RaggedArray is a sequence of its segments (``len``, iteration, ``x[b]``): so
