@@ -277,3 +277,16 @@ def test_conversions_refuse_an_edited_array(convert):
         getattr(y, convert)()
     fresh = _array()
     assert getattr(fresh, convert)().shape[:2] == (2, 2)
+
+
+# --- recurrent modules in the sequence-first layout ------------------------------------------
+
+
+@pytest.mark.parametrize("module", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN])
+def test_sequence_first_recurrent_modules_name_batch_first(module):
+    x = ragged.from_lengths(torch.randn(5, 3), [2, 3])
+    with pytest.raises(ValueError, match=rf"^nn.{module.__name__}: `batch_first` must be True"):
+        module(3, 4)(x)
+    out = module(3, 4, batch_first=True)(x)[0]
+    assert out.lengths.tolist() == [2, 3]
+    assert x.size(1).lengths.tolist() == [2, 3]  # other callers still get the RaggedSize
