@@ -36,6 +36,12 @@ __all__ = ["RaggedArray"]
 # functions, for the lookup by identity that torch.compile needs for some of them.
 TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {}
 TORCH_PYTHON_FUNCTIONS: list[tuple[Any, Callable[..., Any]]] = []
+NOT_DENSE = (
+    "RaggedArray: a RaggedArray is no dense tensor, so torch.as_tensor, torch.tensor, "
+    "torch.asarray, torch.from_dlpack and numpy.asarray cannot convert it; use x.values (the "
+    "rows of every segment back to back) or x.to_padded() (a dense (B, L, ...) tensor, with "
+    "x.to_mask() for its real positions)."
+)
 _compiling = torch.compiler.is_compiling
 
 
@@ -402,6 +408,17 @@ class RaggedArray(Pickled, TensorMethods):
     def __iter__(self) -> Any:
         return iter(self.unbind())
 
+    # torch.as_tensor/tensor/asarray never dispatch to __torch_function__: they ask for DLPack
+    # (``__dlpack_device__`` first), numpy for ``__array__``. No dense array: all refuse.
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(NOT_DENSE)
+
+    def __dlpack_device__(self) -> Any:
+        raise TypeError(NOT_DENSE)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(NOT_DENSE)
+
     @classmethod
     def __torch_function__(
         cls,
@@ -414,10 +431,11 @@ class RaggedArray(Pickled, TensorMethods):
         ``nn.Linear(8, 4)(x)``; one dict lookup, then the handler generated from the op registry
         (see ``docs/torch.md``, "torch functions on RaggedArrays").
         """
-        if isinstance(func, FunctionType) and _compiling():
+        if type(func) is FunctionType and _compiling():
             # Dynamo (torch 2.13) misses in a dict some Python functions it traces, such as the
-            # wrapper behind ``Tensor.__rdiv__`` that it calls for ``x / t``: compare by identity
-            # (tests/test_torch.py compiles ``x / t``: re-check this branch on a torch upgrade).
+            # wrapper behind ``Tensor.__rdiv__`` that it calls for ``x / t`` (and a guard on the
+            # miss fails at once): compare by identity (tests/test_torch.py compiles ``x / t``:
+            # re-check this branch on a torch upgrade).
             handler = next((h for f, h in TORCH_PYTHON_FUNCTIONS if f is func), None)
         else:
             handler = TORCH_FUNCTIONS.get(func)

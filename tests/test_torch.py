@@ -1028,10 +1028,9 @@ def test_translated_spellings_compile_with_fullgraph() -> None:
         torch._dynamo.reset()
 
 
-@pytest.mark.xfail(strict=True, reason="Dynamo (torch 2.13) looks for RaggedArrays in lists only")
 def test_cat_of_a_tuple_under_compile() -> None:
-    """Documented in docs/torch.md: pass torch.cat a list under torch.compile. This fails (and
-    the xfail passes) until Dynamo also looks into tuples; then the note can go."""
+    """Dynamo (torch 2.13) looks for RaggedArrays in lists only; ragged.ops._torch._dynamo_tuples
+    makes it look into tuples too (docs/torch.md; tests/test_trust.py checks one graph)."""
     x = lengths_ragged([2, 0, 3])
     torch._dynamo.reset()
     try:

@@ -22,6 +22,7 @@ from ..._array import RaggedArray
 from ..._torch_args import refuse_out
 from ..._versions import check_unchanged
 from .. import _pointwise as _pointwise
+from . import _dynamo_tuples as dynamo_tuples
 from . import _handlers as _handlers
 from . import _immutable as _immutable
 from . import _mha as _mha
@@ -147,6 +148,8 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
 
 def _lifted(entry: Any, handler: Callable[..., Any]) -> Callable[..., Any]:
     """The elementwise handlers take permuted arrays too (``ragged._layout.pointwise``)."""
+    if getattr(handler, "lifts_layouts", False):  # lifts them itself (the unary fast path)
+        return handler
     casts = set(entry.methods) & set(_pointwise.DTYPES)
     return _layout.pointwise(handler) if entry.family == "elementwise" or casts else handler
 
@@ -183,3 +186,4 @@ def install(extra: dict[Any, Callable[..., Any]]) -> None:
     _array.TORCH_FUNCTIONS.update(table)
     python = [(f, h) for f, h in table.items() if isinstance(f, types.FunctionType)]
     _array.TORCH_PYTHON_FUNCTIONS[:] = python
+    dynamo_tuples.install()  # torch.cat((x, y)) under torch.compile: Dynamo opens tuples too
