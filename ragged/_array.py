@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
@@ -394,6 +394,10 @@ class RaggedArray(Pickled, TensorMethods):
         return _convert.to_nested(self)
 
     def __iter__(self) -> Any:
+        if self.order is None and torch.compiler.is_compiling():
+            # One segment at a time: HF's ModelOutput calls iter() on its first field and reads
+            # one element; a full unbind would read every length (a guard on the batch size).
+            return _lazy_segments(self)
         return iter(self.unbind())
 
     @classmethod
@@ -478,3 +482,11 @@ class RaggedArray(Pickled, TensorMethods):
 # ``torch.testing.assert_close`` compares two of them segment by segment, and a mismatch names
 # the segment ("item [b]") and the row within it.
 Sequence.register(RaggedArray)
+
+
+def _lazy_segments(x: RaggedArray) -> Iterator[Any]:
+    """``x[0]``, ``x[1]``, ... computed as they are asked for."""
+    b = 0
+    while b < x.num_segments:
+        yield x[b]
+        b += 1

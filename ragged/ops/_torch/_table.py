@@ -28,6 +28,7 @@ from . import _model_calls as _model_calls
 from . import _recurrent as _recurrent
 from . import _tensor as _tensor
 from ._spelling import ERRORS, RENAMING, TORCH_RENAMES, display_name, rename_error, spelled
+from ._trailing import TRAILING_AXIS_FUNCTIONS, on_trailing_axes
 
 
 def _unsupported(func: Any, args: Any, kwargs: Any) -> Any:
@@ -134,7 +135,10 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
 def _lifted(entry: Any, handler: Callable[..., Any]) -> Callable[..., Any]:
     """The elementwise handlers take permuted arrays too (``ragged._layout.pointwise``)."""
     casts = set(entry.methods) & set(_pointwise.DTYPES)
-    return _layout.pointwise(handler) if entry.family == "elementwise" or casts else handler
+    if entry.family == "elementwise" or casts:
+        return _layout.pointwise(handler)
+    axis = TRAILING_AXIS_FUNCTIONS.get(getattr(entry, "qualname", ""))  # torch.cat(..., -1)
+    return handler if axis is None else on_trailing_axes(handler, axis)
 
 
 def method_table() -> dict[str, Callable[..., Any]]:
