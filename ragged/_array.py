@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,11 @@ from ._shape import RaggedShape
 from ._versions import Parameter
 
 _is_compiling = torch.compiler.is_compiling
+ITERATION_UNDER_COMPILE = (
+    "RaggedArray: iterating the segments under torch.compile would read every length (their "
+    "sizes are data: one graph per batch); x.unbind() reads them explicitly, ragged.vmap(fn)(x) "
+    "maps a function over the segments."
+)
 _inference_mode = torch.is_inference_mode_enabled
 
 if TYPE_CHECKING:
@@ -394,10 +399,11 @@ class RaggedArray(Pickled, TensorMethods):
         return _convert.to_nested(self)
 
     def __iter__(self) -> Any:
-        if self.order is None and torch.compiler.is_compiling():
-            # One segment at a time: HF's ModelOutput calls iter() on its first field and reads
-            # one element; a full unbind would read every length (a guard on the batch size).
-            return _lazy_segments(self)
+        if _compiling():
+            # The segments' sizes are data: iterating would read every length (one graph per
+            # batch). HF's ModelOutput calls iter() on its first field and takes a TypeError
+            # as "not a container of key/value pairs".
+            raise TypeError(ITERATION_UNDER_COMPILE)
         return iter(self.unbind())
 
     @classmethod
@@ -482,11 +488,3 @@ class RaggedArray(Pickled, TensorMethods):
 # ``torch.testing.assert_close`` compares two of them segment by segment, and a mismatch names
 # the segment ("item [b]") and the row within it.
 Sequence.register(RaggedArray)
-
-
-def _lazy_segments(x: RaggedArray) -> Iterator[Any]:
-    """``x[0]``, ``x[1]``, ... computed as they are asked for."""
-    b = 0
-    while b < x.num_segments:
-        yield x[b]
-        b += 1
