@@ -189,6 +189,24 @@ def test_trailing_index_keeps_names_and_refuses_other_axes() -> None:
         torch.cat([q, q], dim=1)
 
 
+def test_permuted_arrays_are_refused_under_compile_too() -> None:
+    """The layout is static: while torch.compile traces, an op written for the storage order
+    refuses a permuted array as in eager mode (it once read it in storage order there)."""
+    q = ragged.array(batch([3, 2], 2))[..., None].transpose(1, 2)  # (B, 2, L*, 1)
+
+    def call(q: Any) -> Any:
+        return ragged.concat([q, q], axis=3)
+
+    with pytest.raises(TypeError, match=r"has its ragged axis moved"):
+        call(q)
+    compiled = torch.compile(call, backend="eager", fullgraph=True)
+    try:
+        with pytest.raises(Exception, match=r"has its ragged axis moved"):
+            compiled(q)
+    finally:
+        torch._dynamo.reset()
+
+
 def test_ragged_size_compares_with_itself() -> None:
     """HF's SDPA wrapper asks ``kv_length > q_length`` (the same ragged size for self-attention)."""
     size = ragged.array([[1.0, 2.0], [3.0]]).shape[1]

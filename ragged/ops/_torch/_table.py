@@ -86,33 +86,35 @@ def _operand_name(position: int) -> str:
 def guarded(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
     """``handler`` behind the checks of the torch door: ``out=`` is refused, and every
     RaggedArray argument (also in a list or tuple) must be unchanged since it was built
-    (``ragged._versions``; eager only). Handlers declared ``checks=True`` do this themselves."""
+    (``ragged._versions``; eager only) and in the storage order unless the handler takes any
+    layout. Handlers declared ``checks=True`` do this themselves."""
 
     layouts = getattr(handler, "takes_layouts", False)  # ragged._layout: any order
+    label = display_name(fn)  # once, here: torch.compile does not trace the string work
 
     def checked(*args: Any, **kwargs: Any) -> Any:
         if kwargs and kwargs.get("out") is not None:
             refuse_out(display_name(fn), kwargs["out"])
-        if not _is_compiling():
-            for k, value in enumerate(args):
-                check_arguments(fn, _operand_name(k), value, layouts)
-            for key, value in kwargs.items():
-                check_arguments(fn, key, value, layouts)
+        # Also while torch.compile traces: check_unchanged then checks the (static) layout only.
+        for k, value in enumerate(args):
+            check_arguments(label, _operand_name(k), value, layouts)
+        for key, value in kwargs.items():
+            check_arguments(label, key, value, layouts)
         return handler(*args, **kwargs)
 
     return checked
 
 
-def check_arguments(fn: Any, name: str, value: Any, any_layout: bool = False) -> None:
+def check_arguments(label: str, name: str, value: Any, any_layout: bool = False) -> None:
     """Raise if ``value`` (a RaggedArray, or a list or tuple of them) was edited in place (or
-    is in a permuted layout, unless ``any_layout``)."""
+    is in a permuted layout, unless ``any_layout``); ``label``: torch's name of the call."""
     if type(value) is RaggedArray:
-        check_unchanged(display_name(fn), value, names=(name, ""), any_layout=any_layout)
+        check_unchanged(label, value, names=(name, ""), any_layout=any_layout)
     elif type(value) in (list, tuple):
         for k, item in enumerate(value):
             if type(item) is RaggedArray:
-                label = (f"{name}[{k}]", "")
-                check_unchanged(display_name(fn), item, names=label, any_layout=any_layout)
+                names = (f"{name}[{k}]", "")
+                check_unchanged(label, item, names=names, any_layout=any_layout)
 
 
 def dispatch_table() -> dict[Any, Callable[..., Any]]:
