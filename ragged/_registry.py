@@ -354,7 +354,6 @@ def op(
 
 # Argument kinds that can hold RaggedArrays (``arrays``: a sequence of them).
 _RAGGED_KINDS = frozenset({"ragged", "operand", "index", "arrays", "any"})
-_is_compiling = torch.compiler.is_compiling
 
 
 def _checked(fn: Callable[..., Any], declared: tuple[Arg, ...]) -> Callable[..., Any]:

@@ -15,8 +15,6 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from ... import _array, _layout, _registry
 from ..._array import RaggedArray
 from ..._torch_args import refuse_out
@@ -74,9 +72,6 @@ def _renaming(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
             raise new from None
 
     return renaming
-
-
-_is_compiling = torch.compiler.is_compiling
 
 
 def _operand_name(position: int) -> str:
