@@ -212,7 +212,7 @@ def test_ragged_size_compares_with_itself() -> None:
     size = ragged.array([[1.0, 2.0], [3.0]]).shape[1]
     assert not size > size and size >= size and not size < size and size <= size
     other = ragged.array([[1.0], [3.0, 4.0]]).shape[1]
-    with pytest.raises(TypeError, match=r"compares a ragged size with ints and with itself only"):
+    with pytest.raises(TypeError, match=r"ragged size.*itself"):
         _ = size > other
 
 
