@@ -20,6 +20,11 @@ from ._shape import RaggedShape
 from ._versions import Parameter
 
 _is_compiling = torch.compiler.is_compiling
+ITERATION_UNDER_COMPILE = (
+    "RaggedArray: iterating the segments under torch.compile would read every length (their "
+    "sizes are data: one graph per batch); x.unbind() reads them explicitly, ragged.vmap(fn)(x) "
+    "maps a function over the segments."
+)
 _inference_mode = torch.is_inference_mode_enabled
 
 if TYPE_CHECKING:
@@ -406,6 +411,11 @@ class RaggedArray(Pickled, TensorMethods):
         return _convert.to_nested(self)
 
     def __iter__(self) -> Any:
+        if _compiling():
+            # The segments' sizes are data: iterating would read every length (one graph per
+            # batch). HF's ModelOutput calls iter() on its first field and takes a TypeError
+            # as "not a container of key/value pairs".
+            raise TypeError(ITERATION_UNDER_COMPILE)
         return iter(self.unbind())
 
     # torch.as_tensor/tensor/asarray never dispatch to __torch_function__: they ask for DLPack

@@ -25,7 +25,8 @@ class RaggedSize:
     Comparisons (``docs/semantics.md``, Layouts and shapes): a ragged size equals itself (the
     same axis of the same partition) and no int; against ints it compares as an unknown size
     of at least 2, as ``torch.nested``'s nested int: ``T > 1``, ``T >= 2`` and ``T != 1`` are
-    True, ``T < 2``, ``T <= 1`` and ``T == 1`` False; ``T > 2`` (undecidable without the
+    True, ``T < 2``, ``T <= 1`` and ``T == 1`` False; against itself as any size does (``T > T``
+    False, ``T >= T`` True); ``T > 2`` or another ragged size (undecidable without the
     lengths) raises a TypeError, as do ``int(T)``, ``range(T)`` and indexing with it.
 
     >>> import ragged
@@ -76,10 +77,14 @@ class RaggedSize:
     def __hash__(self) -> int:
         return hash((id(self._partition.levels[self._level]), self._level))
 
-    def _against(self, other: Any, op: str) -> int:
+    def _against(self, other: Any, op: str) -> int | None:
+        """``other`` as an int; None for this same ragged size (``T > T`` is False, as for
+        any size; HF's SDPA wrapper asks ``kv_length > q_length``)."""
+        if isinstance(other, RaggedSize) and other == self:
+            return None
         if isinstance(other, RaggedSize) or not isinstance(other, int):
             raise TypeError(
-                f"RaggedSize: `{op}` compares a ragged size with ints only, got "
+                f"RaggedSize: `{op}` compares a ragged size with ints and with itself only, got "
                 f"{type(other).__name__}."
             )
         return other
@@ -92,13 +97,13 @@ class RaggedSize:
 
     def __gt__(self, other: Any) -> bool:
         n = self._against(other, ">")
-        if n <= 1:
-            return True
+        if n is None or n <= 1:
+            return n is not None
         raise self._undecided(">", n)
 
     def __ge__(self, other: Any) -> bool:
         n = self._against(other, ">=")
-        if n <= 2:
+        if n is None or n <= 2:
             return True
         raise self._undecided(">=", n)
 

@@ -631,6 +631,7 @@ EXPLICIT_FNS = [
     torch.rnn_relu,
     torch.diff,
     torch.addmm,
+    torch.gather,
     F.scaled_dot_product_attention,
     F.multi_head_attention_forward,  # tests/test_models_torchnn.py
     torch.transpose,
@@ -757,6 +758,7 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
         ),
         torch.addmm(torch.ones(2), x, torch.ones(3, 2), beta=0.5),
         *_recurrent_calls(x),
+        torch.gather(x.values.new_ones(x.shape[0], 5), 1, idx[..., 0]),
         torch.transpose(x[..., None], 2, 3),
         torch.swapaxes(x[..., None], -1, -2),
         x[..., None].transpose(2, 3),
