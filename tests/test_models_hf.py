@@ -108,7 +108,7 @@ class BertModel(nn.Module):
 # name -> (builder, whether one compiled graph covers three batches): rows of the matrix of
 # docs/models.md ("test_the_docs_list_every_row" keeps the two in step).
 MATRIX: dict[str, tuple[Callable[[], nn.Module], bool]] = {
-    "HF LlamaDecoderLayer": (LlamaLayer, False),
+    "HF LlamaDecoderLayer": (LlamaLayer, True),
     "HF LlamaModel": (LlamaModel, False),
     "HF BertModel": (BertModel, True),
 }
@@ -125,16 +125,6 @@ def test_matrix_rows_match_each_sequence(name: str) -> None:
 def test_matrix_rows_compile_to_one_graph(name: str) -> None:
     torch.manual_seed(0)
     check_one_graph(MATRIX[name][0]())
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="Dynamo does not dispatch torch.cat of a TUPLE of RaggedArrays (HF's rotary and "
-    "rotate_half write torch.cat((a, b), dim=-1)); issue 25. Lists compile to one graph.",
-)
-def test_llama_layer_compiles_to_one_graph() -> None:
-    torch.manual_seed(0)
-    check_one_graph(LlamaLayer())
 
 
 def test_iteration_under_compile_is_refused() -> None:

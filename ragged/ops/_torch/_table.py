@@ -15,6 +15,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ... import _array, _layout, _registry
 from ..._array import RaggedArray
 from ..._torch_args import refuse_out
