@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ._errors import Func, type_error, value_error
 from ._registry import public
-from ._versions import check_unchanged
+from ._versions import check_unchanged, refuse_permuted
 
 if TYPE_CHECKING:
     from ._array import RaggedArray
@@ -95,7 +95,7 @@ def to_padded(x: RaggedArray, fill_value: float = 0, *, length: int | None = Non
             [0],
             [3]])
     """
-    check_unchanged(to_padded, x, any_layout=True)  # an edited partition: a wrong layout
+    check_unchanged(to_padded, x, any_layout=True, sequence_first=True)  # edited: wrong layout
     sizes = _lengths_arg(to_padded, x, length)
     index, valid = padded_index(x.partition, sizes)
     values = x.values
@@ -109,7 +109,13 @@ def to_padded(x: RaggedArray, fill_value: float = 0, *, length: int | None = Non
     out = out.index_put((index,), values)
     if valid is not None:
         out = out[:grid]
-    return out.reshape(x.num_segments, *sizes, *values.shape[1:])
+    out = out.reshape(x.num_segments, *sizes, *values.shape[1:])
+    order = x.order
+    if order is None:
+        return out
+    if order[0] == 0:  # the sequence-first view (L*, B, ...): padded (L, B, ...)
+        return out.transpose(0, 1)
+    return out.permute(0, *order)  # logical axis i is storage axis order[i - 1]
 
 
 @public("conversions")
@@ -153,7 +159,11 @@ def to_list(x: RaggedArray) -> list:
     >>> import ragged
     >>> ragged.to_list(ragged.array([[1, 2], [], [3]]))
     [[1, 2], [], [3]]
+
+    A permuted array lists each segment in its logical order (``x.unbind()``'s tensors).
     """
+    if x.order is not None:
+        return [segment.tolist() for segment in x.unbind()]
     return _group(x.values.tolist(), x.partition)
 
 
@@ -167,6 +177,8 @@ def unbind(x: RaggedArray) -> tuple[Any, ...]:
     >>> ragged.unbind(ragged.array([[1, 2], [], [3]]))
     (tensor([1, 2]), tensor([], dtype=torch.int64), tensor([3]))
     """
+    if x.order is not None:  # each segment's axes in the logical order
+        return x.unbind()
     if x.ragged_ndim == 1:
         return torch.split(x.values, x.lengths.tolist())
     return tuple(x[b] for b in range(x.num_segments))
@@ -187,6 +199,8 @@ def to_nested(x: RaggedArray) -> Tensor:
         raise value_error(
             to_nested, "x", "must have one ragged axis", f"{x.ragged_ndim} ragged axes"
         )
+    if x.order is not None:
+        raise refuse_permuted(to_nested, "x", x.order[0] == 0)
     build = torch.nested.nested_tensor_from_jagged
     max_seqlen = x.partition.levels[0].max_length
     if torch.compiler.is_compiling():

@@ -194,3 +194,22 @@ def test_a_permuted_input_compiles() -> None:
             lambda q: (q * 2).transpose(1, 2).permute(0, 1, 3, 2), batches, backend="eager"
         )
     assert report.graphs == 1
+
+
+def test_conversions_follow_the_logical_order() -> None:
+    """to_padded / to_list / unbind of a permuted array (and of the sequence-first view) give
+    the logical axes, as the same calls on the per-segment tensors do."""
+    segments = [torch.randn(n, 6, dtype=torch.float64) for n in (3, 0, 2)]
+    x = ragged.array(segments)
+    B, T, _ = x.size()
+    q = x.view(B, T, 2, 3).transpose(1, 2)  # (B, 2, L*, 3)
+    padded = x.to_padded().view(3, 3, 2, 3).transpose(1, 2)
+    torch.testing.assert_close(q.to_padded(), padded)
+    torch.testing.assert_close(ragged.to_padded(q), padded)
+    expected = [s.view(-1, 2, 3).transpose(0, 1) for s in segments]
+    assert q.to_list() == [e.tolist() for e in expected]
+    for got, e in zip(ragged.unbind(q), expected, strict=True):
+        torch.testing.assert_close(got, e)
+    torch.testing.assert_close(x.transpose(0, 1).to_padded(), x.to_padded().transpose(0, 1))
+    with pytest.raises(TypeError, match=r"ragged\.to_nested: `x` has its ragged axis moved"):
+        q.to_nested()
