@@ -291,8 +291,8 @@ class ManualCausalSelfAttention(nn.Module):
 
 
 class MatmulCausalSelfAttention(ManualCausalSelfAttention):
-    """The same with ``torch.matmul`` for the ``@`` operator: Dynamo (torch 2.13) traces ``@``
-    only between tensors, and ``torch.matmul`` reaches RaggedArray's ``__torch_function__``."""
+    """The same with ``torch.matmul`` for the ``@`` operator (``torch.matmul`` reaches
+    RaggedArray's ``__torch_function__``; ``@`` through ``__matmul__``)."""
 
     def attend(self, q: Any, k: Any, v: Any) -> Any:
         att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
@@ -305,7 +305,7 @@ class MatmulCausalSelfAttention(ManualCausalSelfAttention):
 MATRIX: dict[str, tuple[Callable[[], nn.Module], bool]] = {
     "nanoGPT-style CausalSelfAttention (manual attention, `@`)": (
         ManualCausalSelfAttention,
-        False,
+        True,
     ),
     "nanoGPT-style CausalSelfAttention (manual attention, torch.matmul)": (
         MatmulCausalSelfAttention,
@@ -326,27 +326,18 @@ def test_matrix_rows_compile_to_one_graph(name: str) -> None:
     check_one_graph(MATRIX[name][0]())
 
 
-def test_the_operator_breaks_the_graph_and_still_runs() -> None:
-    """Dynamo (torch 2.13) has no rule for ``@`` between two non-tensor objects: compiled code
-    breaks the graph there and still matches eager mode; ``fullgraph=True`` fails. When Dynamo
-    learns ``@``, this fails: then docs/models.md's note and the matrix row can go."""
+def test_the_operator_traces_with_fullgraph() -> None:
+    """Dynamo (torch 2.13) has no rule for ``@`` between two non-tensor objects; ragged adds it
+    when Dynamo loads (``ragged/ops/_torch/_dynamo_tuples.py``): ``fullgraph=True`` holds."""
 
     def scores(x: Any) -> Any:
         q = heads(x, 2)
-        return (q @ q.transpose(-2, -1)) * 0.5
+        return (q @ q.transpose(-2, -1)) * 0.5 @ q
 
-    q = ragged.array(batch(COMPILE_LENGTHS[0], 8))
-    torch._dynamo.reset()
-    try:
-        with torch.no_grad():  # resuming after a break, Dynamo would read `.grad` and warn
-            strict = torch.compile(scores, backend="eager", dynamic=True, fullgraph=True)
-            with pytest.raises(torch._dynamo.exc.Unsupported, match="builtin operator"):
-                strict(q)
-            torch._dynamo.reset()  # the two share the cache of `scores`' code
-            compiled = torch.compile(scores, backend="eager", dynamic=True)
-            ragged.testing.assert_close(compiled(q), scores(q))
-    finally:
-        torch._dynamo.reset()
+    batches = [(ragged.array(batch(n, 8, seed=i)),) for i, n in enumerate(COMPILE_LENGTHS)]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(scores, batches, backend="eager")
+    assert report.graphs == 1
 
 
 def test_dropout_on_the_scores_keeps_the_pair_map() -> None:

@@ -9,6 +9,11 @@ takes 2 positional arguments but 6 were given``). ``install`` wraps that functio
 also opens tuples (named tuples and ``torch.Size`` included, whose items carry no override), as
 eager torch does; the list spelling ``torch.cat([x, y])`` traced already.
 
+The same hook teaches Dynamo ``@`` between two objects that define ``__matmul__`` (torch 2.13's
+``BuiltinVariable._binops`` lists ``pow`` only, its note saying SymInt lacks ``__matmul__``; a
+RaggedArray has it): nanoGPT's hand-written attention ``q @ k.transpose(-2, -1)`` then traces
+into one graph instead of breaking it at every ``@`` (``tests/test_manual_attention.py``).
+
 ``import ragged`` does not import Dynamo (seconds of import time): when Dynamo is not loaded
 yet, an import hook waits for its module and wraps the function as soon as it has run.
 ``tests/test_trust.py`` compiles both spellings in one graph: re-check this module on a torch
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import operator
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -50,11 +56,26 @@ def _wrap(module: ModuleType) -> None:
     setattr(module, _FUNCTION, flatten_vts)
 
 
+def _wrap_matmul(module: ModuleType) -> None:
+    binops = getattr(getattr(module, "BuiltinVariable", None), "_binops", None)
+    if binops is not None:  # a cached dict, read when Dynamo first traces a binary operator
+        binops().setdefault(operator.matmul, (_MATMUL, operator.imatmul))
+
+
+_MATMUL = ["__matmul__", "__rmatmul__", "__imatmul__"]
+# Dynamo's modules to amend, each as soon as it has run.
+_TARGETS: dict[str, Callable[[ModuleType], None]] = {
+    TARGET: _wrap,
+    "torch._dynamo.variables.builtin": _wrap_matmul,
+}
+
+
 class _Loader(importlib.abc.Loader):
     """Runs the module with its own loader, then wraps the function."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, amend: Callable[[ModuleType], None]) -> None:
         self.loader = loader
+        self.amend = amend
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         create: Callable[..., ModuleType | None] | None = getattr(
@@ -64,7 +85,7 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         self.loader.exec_module(module)
-        _wrap(module)
+        self.amend(module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -73,21 +94,28 @@ class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != TARGET:
+        amend = _TARGETS.get(fullname)
+        if amend is None:
             return None
-        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
+        if all(name == fullname or name in sys.modules for name in _TARGETS):
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.loader is None:
             return spec
-        spec.loader = _Loader(spec.loader)
+        spec.loader = _Loader(spec.loader, amend)
         return spec
 
 
 def install() -> None:
-    """Make Dynamo look for ``__torch_function__`` overrides inside tuple arguments: now if it
-    is loaded, else when it loads (idempotent)."""
-    module = sys.modules.get(TARGET)
-    if module is not None:
-        _wrap(module)
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
+    """Make Dynamo look for ``__torch_function__`` overrides inside tuple arguments, and trace
+    ``@`` between objects with ``__matmul__``: now if it is loaded, else when it loads
+    (idempotent)."""
+    waiting = False
+    for name, amend in _TARGETS.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            amend(module)
+        else:
+            waiting = True
+    if waiting and not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
