@@ -389,21 +389,6 @@ class RaggedArray(Pickled, TensorMethods):
         ``dim``: one array per index along it, as ``Tensor.unbind``."""
         if dim != 0:
             return _layout.unbind_dim(RaggedArray.unbind, self, dim)
-        if self.order is not None:  # one-level: each segment's axes in the logical order
-            if self.order[0] == 0:
-                raise TypeError(
-                    "RaggedArray.unbind: a sequence-first view (L*, B, ...) has no dense "
-                    "slices along its ragged first axis; transpose it back (x.transpose(0, 1)) "
-                    "for the segments."
-                )
-            if len(self.partition.levels) != 1:
-                raise TypeError(
-                    "RaggedArray.unbind: a permuted array with several ragged axes has no dense "
-                    "segments; move its axes back first (x.permute)."
-                )
-            plain = RaggedArray._trusted(self.values, self.partition, None)
-            dims = [k - 1 for k in self.order]
-            return tuple(t.permute(dims) for t in _convert.unbind(plain))
         return _convert.unbind(self)
 
     def to_nested(self) -> Tensor:

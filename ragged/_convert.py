@@ -177,8 +177,21 @@ def unbind(x: RaggedArray) -> tuple[Any, ...]:
     >>> ragged.unbind(ragged.array([[1, 2], [], [3]]))
     (tensor([1, 2]), tensor([], dtype=torch.int64), tensor([3]))
     """
-    if x.order is not None:  # each segment's axes in the logical order
-        return x.unbind()
+    if x.order is not None:  # one-level: each segment's axes in the logical order
+        if x.order[0] == 0:
+            raise TypeError(
+                "RaggedArray.unbind: a sequence-first view (L*, B, ...) has no dense "
+                "slices along its ragged first axis; transpose it back (x.transpose(0, 1)) "
+                "for the segments."
+            )
+        if len(x.partition.levels) != 1:
+            raise TypeError(
+                "RaggedArray.unbind: a permuted array with several ragged axes has no dense "
+                "segments; move its axes back first (x.permute)."
+            )
+        plain = type(x)._trusted(x.values, x.partition, None)
+        dims = [k - 1 for k in x.order]
+        return tuple(t.permute(dims) for t in unbind(plain))
     if x.ragged_ndim == 1:
         return torch.split(x.values, x.lengths.tolist())
     return tuple(x[b] for b in range(x.num_segments))

@@ -248,7 +248,9 @@ def test_bmm_errors_name_the_shapes() -> None:
     with pytest.raises(NotImplementedError, match="not a pair-map product"):
         heads(x, 2) @ heads(x, 2)
     y = ragged.array(batch([2, 1], 6))
-    with pytest.raises(ValueError, match=r"ragged\.matmul: the axes before the matrix axes"):
+    with pytest.raises(
+        ValueError, match=r"ragged\.matmul: `b` must have the axes of `a` .* before the matrix axes"
+    ):
         heads(x, 2) @ heads(y, 3).transpose(-2, -1)
     with pytest.raises(ValueError, match=r"`y` must have 2 segments like x"):
         heads(x, 2) @ heads(ragged.array(batch([2, 1, 3], 4)), 2).transpose(-2, -1)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -50,7 +49,7 @@ from .._array import RaggedArray
 from .._axes import KEEP
 from .._errors import type_error, typename, value_error
 from .._format import shape_text
-from .._partition import RowPartition, tensors_equal
+from .._partition import RowPartition
 from .._registry import op
 from ..kernels import _attention_buckets as buckets
 from ..kernels import _attention_plan as planner
@@ -65,6 +64,7 @@ from ..kernels._attention_tiles import (
     tiled_attention,
 )
 from . import _attention_variants as variants
+from ._attention_checks import check_arrays, check_bias
 from ._attention_levels import attention_levels
 from ._levels import is_multi_level
 
@@ -75,11 +75,6 @@ TILES_UNDER_COMPILE = False
 # Device types whose eager path plans length buckets on the host; others take the tiles (or the
 # fused kernels of _attention_varlen), which need no host read.
 BUCKET_DEVICES = ("cpu",)
-
-BIAS_PARTITION = (
-    "must be a pair map (B, Lq*, Lk*, H) with the partition "
-    "ragged.Partition.outer(q.partition.levels[0], k.partition.levels[0])"
-)
 
 
 @op(
@@ -238,7 +233,7 @@ def attention(
             score_mod=score_mod,
             mask_mod=mask_mod,
         )
-    _check_arrays(q, k, v)
+    check_arrays(q, k, v)
     q_level, k_level = q.partition.levels[0], k.partition.levels[0]
     same = q.partition is k.partition
     if causal and not same:
@@ -278,7 +273,7 @@ def attention(
         raise type_error(attention, "dropout_p", "must be a float or None", typename(dropout_p))
     elif not 0.0 <= dropout_p < 1.0:
         raise value_error(attention, "dropout_p", "must be in [0, 1)", dropout_p)
-    bias_values = None if bias is None else _check_bias(bias, q, k)
+    bias_values = None if bias is None else check_bias(bias, q, k)
     scale = float(scale)
     key_level = q_level if same else k_level
     out = _attend(q, k, v, bias_values, q_level, key_level, same, scale, causal, dropout_p, parsed)
@@ -370,71 +365,6 @@ def _attend(
         geometry = _host_geometry(q_level, k_level, plan)
         return tiled_attention(*args, geometry, scale, causal, dropout_p, extras, variant)
     return buckets.bucketed_attention(*args, extras, plan, scale, variant)
-
-
-# --- checks -----------------------------------------------------------------------------------
-
-
-def _check_arrays(q: Any, k: Any, v: Any) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, RaggedArray):
-            raise type_error(attention, name, "must be a RaggedArray", typename(x))
-        if x.values.dim() != 3:
-            raise value_error(attention, name, "must have shape (B, L*, H, Dh)", shape_text(x))
-        if not x.dtype.is_floating_point:
-            raise type_error(attention, name, "must have a floating-point dtype", x.dtype)
-    for name, x in (("k", k), ("v", v)):
-        if x.dtype != q.dtype:
-            raise type_error(attention, name, f"must have the dtype of `q` ({q.dtype})", x.dtype)
-        if x.device != q.device:
-            raise value_error(
-                attention, name, f"must be on the device of `q` ({q.device})", x.device
-            )
-    if k.num_segments != q.num_segments:
-        raise value_error(
-            attention, "k", f"must have the batch size of `q` ({q.num_segments})", k.num_segments
-        )
-    variants.check_partition(attention, "v", v, "k", k, "keys and values pair up row by row")
-    heads, width = q.values.shape[1:]
-    if k.values.shape[2] != width:
-        raise value_error(
-            attention, "k", f"must have the head width of `q` ({width})", k.values.shape[2]
-        )
-    kv_heads = k.values.shape[1]
-    if kv_heads == 0 or heads % kv_heads:
-        raise value_error(
-            attention,
-            "k",
-            f"must have a number of heads dividing the heads of `q` ({heads})",
-            kv_heads,
-        )
-    if v.values.shape[1] != kv_heads:
-        raise value_error(
-            attention, "v", f"must have the heads of `k` ({kv_heads})", v.values.shape[1]
-        )
-
-
-def _check_bias(bias: Any, q: RaggedArray, k: RaggedArray) -> Tensor:
-    if not isinstance(bias, RaggedArray):
-        raise type_error(attention, "bias", "must be a RaggedArray or None", typename(bias))
-    heads = q.values.shape[1]
-    if bias.ragged_ndim != 2 or bias.values.dim() != 2 or bias.values.shape[1] != heads:
-        expected = f"must have shape (B, Lq*, Lk*, H) with H = {heads}"
-        raise value_error(attention, "bias", expected, shape_text(bias))
-    if bias.dtype != q.dtype:
-        raise type_error(attention, "bias", f"must have the dtype of `q` ({q.dtype})", bias.dtype)
-    rows, columns = bias.partition.levels
-    q_level, k_level = q.partition.levels[0], k.partition.levels[0]
-    if rows is q_level and columns.columns is k_level:
-        return bias.values
-    if not (rows.equals(q_level) and tensors_equal(columns.lengths, _widths(q, k))):
-        raise value_error(attention, "bias", BIAS_PARTITION, shape_text(bias))
-    return bias.values
-
-
-def _widths(q: RaggedArray, k: RaggedArray) -> Tensor:
-    """``Lk_b`` for every query row: the row lengths of the pair map's second level."""
-    return k.lengths.index_select(0, q.partition.levels[0].row_ids)
 
 
 # --- geometry of the composite path -----------------------------------------------------------

@@ -27,9 +27,12 @@ from typing import Any
 import torch
 
 from .._array import RaggedArray
+from .._errors import value_error
 from .._layout import build, is_sequence_first, logical_dim, logical_order
 from .._versions import refuse_permuted
 from ._pairs import pair_dot, pair_matmul
+
+MATMUL = "ragged.matmul"  # the op whose errors these are
 
 __all__ = ["axis_on_storage", "pair_triangle", "ragged_product", "rows_times", "storage_view"]
 
@@ -66,12 +69,12 @@ def ragged_product(a: RaggedArray, b: RaggedArray) -> RaggedArray | None:
     k = n - 3  # batch axes (heads) before the two matrix axes
     if a.ragged_ndim == 1 and oa[-2] == 1 and ob[-1] == 1:  # (.., N*, D) @ (.., D, M*)
         if a.values.shape[1:-1] != b.values.shape[1:-1]:
-            raise ValueError(
-                f"ragged.matmul: the axes before the matrix axes (heads) of `a` "
-                f"{tuple(a.shape)} and `b` {tuple(b.shape)} must be equal; repeat the "
-                "key/value heads for grouped-query attention (or use "
-                "F.scaled_dot_product_attention with enable_gqa=True)."
+            expected = (
+                f"must have the axes of `a` {tuple(a.shape)} before the matrix axes (heads); "
+                "repeat the key/value heads for grouped-query attention (or use "
+                "F.scaled_dot_product_attention with enable_gqa=True)"
             )
+            raise value_error(MATMUL, "b", expected, tuple(b.shape))
         out = pair_dot(storage_view(a), storage_view(b))
         names = None
         if a.axes is not None and b.axes is not None:

@@ -465,7 +465,7 @@ ERRORS = [
     ErrorCase(
         lambda: ragged.attention(X, Y, Y, bias=BIAS),
         ValueError,
-        f"{FUNC}: `bias` {ragged.ops._attention.BIAS_PARTITION}, "
+        f"{FUNC}: `bias` {ragged.ops._attention_checks.BIAS_PARTITION}, "
         "got (2, [1, 2], [[1], [2, 2]], 2).",
     ),
 ]
