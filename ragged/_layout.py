@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ._errors import name_of
+from ._flat import FlatArray
 from ._shape import RaggedSize
 from ._versions import PermutedLayoutError, refuse_permuted
 
@@ -32,12 +33,14 @@ __all__ = [
     "MOVES_BATCH",
     "logical_dim",
     "logical_order",
+    "merge_rows",
     "permute",
     "pointwise",
     "refuse_permuted",
     "reshape",
     "storage_dim",
     "unbind_dim",
+    "view_or_rows",
 ]
 
 MOVES_BATCH = (
@@ -153,11 +156,21 @@ def _groups(func: Any, x: RaggedArray, shape: Sequence[Any]) -> list[list[Any]]:
     if seen != x.ragged_ndim:
         raise ValueError(
             f"{_prefix(func)}`shape` {tuple(shape)} must keep the {x.ragged_ndim} ragged "
-            "axis/axes of the array (its RaggedSize entries, from x.shape); merging the batch and "
-            "a ragged axis (view(-1, C)) is refused: use x.values, the [rows, C] tensor, and "
-            "x.with_values(...) to rebuild the array."
+            "axis/axes of the array (its RaggedSize entries, from x.shape), or merge the batch "
+            "and all of them into rows (view(-1, C): a FlatArray)."
         )
     return groups
+
+
+def view_or_rows(
+    func: Any, x: RaggedArray, shape: Sequence[Any], *, view: bool
+) -> RaggedArray | FlatArray:
+    """``x.view(shape)`` / ``x.reshape(shape)``: ``reshape``, or the rows (``merge_rows``) for a
+    shape without RaggedSize entries that starts with ``-1`` or the number of rows."""
+    shape = tuple(shape)
+    if shape and not any(isinstance(s, RaggedSize) for s in shape) and _rows_first(x, shape[0]):
+        return merge_rows(func, x, shape, view=view)  # view(-1, C): a FlatArray of the rows
+    return reshape(func, x, shape, view=view)
 
 
 def reshape(func: Any, x: RaggedArray, shape: Sequence[Any], *, view: bool) -> RaggedArray:
@@ -201,6 +214,48 @@ def reshape(func: Any, x: RaggedArray, shape: Sequence[Any], *, view: bool) -> R
             order.append(k + 1)
     names = x.axes if x.axes is None or tuple(x.shape) == shape else None
     return build(x, values, names, order)
+
+
+def merge_rows(func: Any, x: RaggedArray, shape: Sequence[Any], *, view: bool) -> FlatArray:
+    """``x.view(-1, C)``: the batch and the ragged axes merged into the rows, a
+    [`FlatArray`][ragged.FlatArray] ``(N, *sizes)`` (``N`` the number of rows; the sizes after
+    it reshape the inner axes, whose number of entries they keep)."""
+    if x.order is not None:
+        raise TypeError(
+            f"{_prefix(func)}`shape` {tuple(shape)} merges the batch and ragged axes of a "
+            "permuted array (e.g. (B, H, L*, D)), whose rows are not its values' rows: move its "
+            "axes back first (x.transpose(1, 2)), then view(-1, C)."
+        )
+    values = x.values
+    inner = values.shape[values.dim() - (x.ndim - 1 - x.ragged_ndim) :]
+    lead = values.shape[: values.dim() - len(inner) - 1]  # vmap's batch dims before the rows
+    rows, *sizes = shape
+    total = math.prod(inner)
+    free = [k for k, s in enumerate(sizes) if isinstance(s, int) and s == -1]
+    if len(free) > 1 or (free and isinstance(rows, int) and rows == -1):
+        raise ValueError(f"{_prefix(func)}`shape` {tuple(shape)} has more than one -1.")
+    if free:
+        known = math.prod(s for k, s in enumerate(sizes) if k != free[0])
+        sizes[free[0]] = total // max(known, 1)
+    elif not torch.compiler.is_compiling() and math.prod(sizes) != total:
+        raise ValueError(
+            f"{_prefix(func)}`shape` {tuple(shape)} merges the batch and ragged axes into rows "
+            f"(-1 first) and must keep the {total} entries of each row (inner shape "
+            f"{tuple(inner)}); merging inner axes into the rows as well is not supported: "
+            "reshape x.values, the [rows, ...] tensor."
+        )
+    target = (*lead, values.shape[len(lead)], *sizes)
+    values = values.view(target) if view else values.reshape(target)
+    return FlatArray._trusted(values, x.partition)
+
+
+def _rows_first(x: RaggedArray, first: Any) -> bool:
+    """Whether a shape starting with ``first`` (and no RaggedSize) merges the batch and ragged
+    axes into rows: ``-1`` or the number of rows (any size under torch.compile, where the
+    other reading, a shape without the ragged axes, is refused anyway)."""
+    if isinstance(first, int) and first == -1:
+        return True
+    return torch.compiler.is_compiling() or first == x.partition.num_values
 
 
 def _split_like(x: RaggedArray, inner: Sequence[Any]) -> list[list[Any]]:

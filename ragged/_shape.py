@@ -26,7 +26,9 @@ class RaggedSize:
     same axis of the same partition) and no int; against ints it compares as an unknown size
     of at least 2, as ``torch.nested``'s nested int: ``T > 1``, ``T >= 2`` and ``T != 1`` are
     True, ``T < 2``, ``T <= 1`` and ``T == 1`` False; ``T > 2`` (undecidable without the
-    lengths) raises a TypeError, as do ``int(T)``, ``range(T)`` and indexing with it.
+    lengths) raises a TypeError, as do ``int(T)``, ``range(T)`` and indexing with it. Against
+    itself it is an equal size (``T > T`` False, ``T >= T`` True: HF's SDPA wrapper asks
+    ``kv_length > q_length``); against another ragged axis it raises a TypeError.
 
     >>> import ragged
     >>> x = ragged.array([[1.0, 2.0], [3.0]])
@@ -76,6 +78,18 @@ class RaggedSize:
     def __hash__(self) -> int:
         return hash((id(self._partition.levels[self._level]), self._level))
 
+    def _itself(self, other: Any, op: str) -> bool:
+        """Whether ``other`` is this very axis (``T > T`` is False, ``T >= T`` True); a ragged
+        size of another axis compares with nothing (that would read both lengths)."""
+        if not isinstance(other, RaggedSize):
+            return False
+        if other.same_axis(self._partition, self._level):
+            return True
+        raise TypeError(
+            f"RaggedSize: `{op}` between two different ragged axes depends on their lengths, "
+            "which a ragged size does not read; a ragged size compares with itself and with ints."
+        )
+
     def _against(self, other: Any, op: str) -> int:
         if isinstance(other, RaggedSize) or not isinstance(other, int):
             raise TypeError(
@@ -91,12 +105,16 @@ class RaggedSize:
         )
 
     def __gt__(self, other: Any) -> bool:
+        if self._itself(other, ">"):
+            return False
         n = self._against(other, ">")
         if n <= 1:
             return True
         raise self._undecided(">", n)
 
     def __ge__(self, other: Any) -> bool:
+        if self._itself(other, ">="):
+            return True
         n = self._against(other, ">=")
         if n <= 2:
             return True

@@ -116,8 +116,12 @@ def test_ragged_size_compares_as_nested_int() -> None:
             use()
     with pytest.raises(TypeError, match="depends on the lengths"):
         _ = T > 2
+    # Against itself, an equal size (HF's SDPA wrapper asks `kv_length > q_length`).
+    assert not T > T and T >= T and not T < T and T <= T
+    with pytest.raises(TypeError, match="between two different ragged axes"):
+        _ = make(3).shape[1] < T
     with pytest.raises(TypeError, match="with ints only"):
-        _ = T > T
+        _ = T > 1.5
     torch.testing.assert_close(T.lengths, x.lengths)
 
 
@@ -171,3 +175,124 @@ def test_permuted_arrays_pickle_with_their_layout() -> None:
     fields = {"values": q.values, "partition": q.partition, "axes": None, "order": (1, 2, 3, 4)}
     with pytest.raises(ValueError, match="`order` must be a layout"):
         ragged._serialization.import_ragged_before_torch_load("RaggedArray", fields)
+
+
+# --- the flat view: view(-1, C) merges the batch and ragged axes into rows (a FlatArray) -------
+
+
+@pytest.mark.parametrize(
+    "merge",
+    [
+        lambda x: x.view(-1, x.size(-1)),
+        lambda x: x.reshape(-1, 4),
+        lambda x: x.flatten(0, 1),
+        lambda x: x.view(x.values.shape[0], -1),
+        lambda x: torch.reshape(x, (-1, 2, 2)).reshape(-1, 4),
+    ],
+)
+def test_view_minus_one_gives_the_rows_and_views_back(merge: Any) -> None:
+    x = make(4)
+    flat = merge(x)
+    assert isinstance(flat, ragged.FlatArray) and flat.partition is x.partition
+    assert flat.shape == (9, 4) and flat.size(0) == 9 and flat.dim() == 2 and len(flat) == 9
+    assert flat.values.data_ptr() == x.values.data_ptr()  # no copy
+    size_out = x.size()[:-1] + (3,)  # noqa: RUF005  (GPT-2's spelling)
+    w, b = torch.randn(4, 3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    for out in (
+        torch.addmm(b, flat, w).view(size_out),
+        (flat @ w + b).reshape(size_out),
+        torch.nn.functional.linear(flat, w.T, b).view(size_out),
+    ):
+        assert isinstance(out, ragged.RaggedArray) and out.partition is x.partition
+        per_segment(out, x, lambda s: torch.addmm(b, s, w))
+
+
+def test_flat_rows_take_pointwise_and_row_wise_ops() -> None:
+    x = make(4, seed=1)
+    flat = x.view(-1, 4)
+    dense = torch.randn(4, dtype=torch.float64)
+    cases = [
+        (torch.tanh(flat) * 2 - dense, lambda s: torch.tanh(s) * 2 - dense),
+        (1 / (flat.abs() + 1), lambda s: 1 / (s.abs() + 1)),
+        (torch.nn.functional.gelu(flat) + flat, lambda s: torch.nn.functional.gelu(s) + s),
+        (torch.softmax(flat, -1), lambda s: torch.softmax(s, -1)),
+        (
+            torch.nn.functional.layer_norm(flat, (4,)),
+            lambda s: torch.nn.functional.layer_norm(s, (4,)),
+        ),
+        (dense + flat, lambda s: dense + s),
+    ]
+    for got, fn in cases:
+        assert isinstance(got, ragged.FlatArray) and got.partition is x.partition
+        per_segment(got.view(x.shape), x, fn)
+    # the inner axes reshape among themselves; the rows stay
+    assert flat.view(-1, 2, 2).view(x.shape).values.data_ptr() == x.values.data_ptr()
+    assert flat.to_ragged().partition is x.partition
+
+
+def test_flat_rows_gradients() -> None:
+    x = make(4, seed=2)
+    w = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    values = x.values.clone().requires_grad_()
+
+    def conv1d(values: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = x.with_values(values)
+        out = torch.addmm(w[0], y.view(-1, y.size(-1)), w).view(y.size()[:-1] + (3,))  # noqa: RUF005
+        return (torch.tanh(out).values ** 2).sum()
+
+    torch.autograd.gradcheck(conv1d, (values, w))
+
+
+def test_flat_rows_refuse_what_mixes_rows() -> None:
+    x = make(4)
+    flat = x.view(-1, 4)
+    with pytest.raises(
+        TypeError, match=r"^torch\.sum is not supported on a FlatArray: .*flat\.values"
+    ):
+        torch.sum(flat)
+    with pytest.raises(TypeError, match="must be the left operand"):
+        torch.randn(2, 9, dtype=torch.float64) @ flat
+    with pytest.raises(TypeError, match="dense 1-D or 2-D tensor"):
+        flat @ flat
+    with pytest.raises(TypeError, match="`dim` 0 is the rows"):
+        torch.softmax(flat, 0)
+    with pytest.raises(ValueError, match="rows of different arrays"):
+        flat + make(4, lengths=[4, 2, 1, 2]).view(-1, 4)  # nine rows too
+    with pytest.raises(ValueError, match="more axes than the FlatArray"):
+        flat + torch.zeros(2, 1, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"^FlatArray\.view: `shape` \(4, -1\) must start with -1"):
+        flat.view(4, -1)
+    with pytest.raises(ValueError, match="must keep the 4 entries of each row"):
+        x.view(-1, 2)  # merging an inner axis into the rows as well
+    with pytest.raises(TypeError, match="merges the batch and ragged axes of a permuted array"):
+        make(2, 3).transpose(1, 2).view(-1, 3)
+    with pytest.raises(ValueError, match="must keep the 1 ragged"):
+        x.view(4, -1)  # the batch size first: a shape without the ragged axis
+
+
+def test_flat_rows_of_two_level_arrays() -> None:
+    x = ragged.from_nested_lengths(torch.randn(6, 2, dtype=torch.float64), [[2, 1], [3, 0, 3]])
+    flat = x.view(-1, 2)
+    assert flat.shape == (6, 2)
+    out = (flat * 3).view(x.shape)
+    assert out.partition is x.partition
+    torch.testing.assert_close(out.values, x.values * 3)
+    torch.testing.assert_close(x.flatten(0, 2).values, x.values)
+    with pytest.raises(TypeError, match="is the batch or a ragged axis"):
+        x.flatten(0, 1)  # a partial merge: not the rows
+
+
+def test_flat_rows_compile_to_one_graph() -> None:
+    """GPT-2's Conv1D (view(-1, C) -> addmm -> view(size_out)): one graph across batches."""
+    w = torch.randn(4, 3)
+
+    def conv1d(x: ragged.RaggedArray) -> ragged.RaggedArray:
+        size_out = x.size()[:-1] + (3,)  # noqa: RUF005
+        return torch.addmm(w[0], x.view(-1, x.size(-1)), w).view(size_out)
+
+    batches = [
+        (make(4, lengths=n, seed=i).float(),) for i, n in enumerate([[3, 1], [2, 5, 4], [6]])
+    ]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(conv1d, batches, backend="aot_eager", max_graphs=1)
+    assert report.graphs == 1

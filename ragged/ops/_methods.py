@@ -20,6 +20,7 @@ from . import _torch
 from ._indexing._getitem import getitem
 from ._linalg._matmul import matmul
 from ._pairs import RaggedTranspose
+from ._torch import _flat_rows
 
 
 def _reflected(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
@@ -125,3 +126,4 @@ def install() -> None:
         if name not in RaggedArray.__dict__:
             setattr(RaggedArray, name, value)
     _torch.install(tensor_operators())
+    _flat_rows.install()  # x.view(-1, C): the FlatArray's methods and torch functions
