@@ -296,3 +296,20 @@ def test_flat_rows_compile_to_one_graph() -> None:
     with ragged.dynamic_shapes():
         report = ragged.testing.check_compile(conv1d, batches, backend="aot_eager", max_graphs=1)
     assert report.graphs == 1
+
+
+def test_mT_swaps_two_inner_axes_as_metadata() -> None:
+    """``x.mT`` of ``(B, L*, H, D)`` (and of a permuted ``(B, H, L*, D, E)``) is the view with
+    its last two axes swapped; with the ragged axis among the last two it stays the pair-map
+    operand of ``x @ y.mT``."""
+    x = make(2, 3)
+    t = x.mT
+    assert isinstance(t, ragged.RaggedArray) and t.partition is x.partition
+    assert t.values.data_ptr() == x.values.data_ptr()  # no copy
+    per_segment(t, x, lambda s: s.mT)
+    per_segment(x.transpose(-2, -1), x, lambda s: s.transpose(-2, -1))
+    y = make(2, 3, 4).transpose(1, 2)  # (B, 2, L*, 3, 4)
+    per_segment(y.mT, y, lambda s: s.mT)
+    assert y.mT.mT.order == y.order and y.mT.values.data_ptr() == y.values.data_ptr()
+    for pair in (make(3), make(2, 3).transpose(1, 2)):  # (B, L*, C), (B, H, L*, D)
+        assert not isinstance(pair.mT, ragged.RaggedArray)

@@ -41,14 +41,23 @@ def _not_nested(self: RaggedArray) -> bool:
     return False
 
 
-def _transposed(self: RaggedArray) -> RaggedTranspose:
-    """``x.mT``: only for ``x @ y.mT``, the per-segment pair map ``x_b @ y_b^T``.
+def _transposed(self: RaggedArray) -> RaggedTranspose | RaggedArray:
+    """``x.mT``: the last two axes swapped. Where both are inner axes (``(B, L*, H, D)``), the
+    array ``(B, L*, D, H)``, a view of the values (as ``x.transpose(-2, -1)``); where one is
+    ragged (``(B, L*, D)``), only for ``x @ y.mT``, the per-segment pair map ``x_b @ y_b^T``.
 
-    >>> import ragged
+    >>> import ragged, torch
     >>> x = ragged.array([[[1.0, 2.0]], [[0.0, 1.0], [1.0, 0.0]]])
     >>> (x @ x.mT).shape
     RaggedShape(2, [1, 2], [[1], [2, 2]])
+    >>> h = ragged.from_lengths(torch.zeros(3, 2, 4), [1, 2])
+    >>> h.mT.shape, h.mT.values.data_ptr() == h.values.data_ptr()
+    (RaggedShape(2, [1, 2], 4, 2), True)
     """
+    ragged_axes = self.ragged_ndim
+    if all(k > ragged_axes for k in _layout.logical_order(self)[-2:]) and self.ndim >= 4:
+        n = self.ndim
+        return _layout.permute("RaggedArray.mT", self, [*range(n - 2), n - 1, n - 2])
     return RaggedTranspose(self)
 
 
