@@ -1,0 +1,118 @@
+"""Ops with axis arguments on permuted arrays: the logical axes translated to the storage order.
+
+An op of the registry is written for the storage order ``(B, L*, *inner)`` and refuses a
+permuted array (``ragged._layout``) with ``PermutedLayoutError`` before it reads anything. For
+an op that takes one RaggedArray and ``axis`` / ``axes`` arguments, ``lift_axes`` answers that
+refusal instead: it translates each axis (a logical int; names travel with their axes and need
+nothing) to the storage axis, runs the op on the array in its storage order, and puts the
+layout back on the result, which has the input's axes (``keep``), or the input's axes less the
+one reduced axis. Any other result, or a second RaggedArray operand, keeps the refusal. The
+plain path costs nothing more: the lifting starts from the op's own refusal.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["lift_axes"]
+
+_AXIS_KINDS = ("axis", "axes")
+
+
+def lift_axes(fn: Callable[..., Any], declared: Sequence[Any]) -> Callable[..., Any]:
+    """``fn`` (an op with declared arguments ``declared``) that also takes a permuted array as
+    its one RaggedArray argument, when it has ``axis`` / ``axes`` arguments."""
+    kinds = [arg.kind for arg in declared]
+    if kinds.count("ragged") != 1 or not any(k in _AXIS_KINDS for k in kinds):
+        return fn
+    signature = inspect.signature(fn)
+    names = [arg.name for arg in declared]
+    array_name = names[kinds.index("ragged")]
+    axis_names = [arg.name for arg in declared if arg.kind in _AXIS_KINDS]
+
+    @functools.wraps(fn)
+    def lifted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (TypeError, ValueError) as error:  # PermutedLayoutError, or an axis check first
+            refusal = error
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        x = bound.arguments[array_name]
+        if getattr(x, "order", None) is None:
+            raise refusal
+        return _on_storage(fn, refusal, bound, array_name, axis_names)
+
+    return lifted
+
+
+def _on_storage(
+    fn: Any, refusal: Exception, bound: Any, array_name: str, axis_names: list[str]
+) -> Any:
+    arguments = bound.arguments
+    x = arguments[array_name]
+    if any(k != array_name and hasattr(v, "order") for k, v in arguments.items()):
+        raise refusal
+    n = x.ndim
+    storage = (0, *x.order)  # logical axis -> storage axis
+    removed: list[int] = []
+
+    def to_storage(axis: Any) -> Any:
+        if isinstance(axis, bool) or not isinstance(axis, int) or not -n <= axis < n:
+            return axis  # a name, or an error the op reports itself
+        return storage[axis % n]
+
+    for name in axis_names:
+        value = arguments[name]
+        if isinstance(value, (tuple, list)):
+            arguments[name] = type(value)(map(to_storage, value))
+        elif value is not None:
+            arguments[name] = to_storage(value)
+            if isinstance(value, str) and x.axes is not None and value in x.axes:
+                removed.append(storage[x.axes.index(value)])
+            elif isinstance(arguments[name], int):
+                removed.append(arguments[name])
+    names = None if x.axes is None else _storage_names(x.axes, storage)
+    arguments[array_name] = type(x)._trusted(x.values, x.partition, names)
+    out = fn(*bound.args, **bound.kwargs)
+
+    def restore(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(map(restore, value))
+        if hasattr(value, "order"):
+            return _with_layout(refusal, value, x, removed)
+        if isinstance(value, torch.Tensor) and value.dim() == n and value.dim() > 1:
+            return value.permute(storage)  # a dense result with every axis kept (keepdims)
+        return value
+
+    return restore(out)
+
+
+def _storage_names(logical: tuple[str, ...], storage: tuple[int, ...]) -> tuple[str, ...]:
+    names = [""] * len(logical)
+    for k, s in enumerate(storage):
+        names[s] = logical[k]
+    return tuple(names)
+
+
+def _with_layout(refusal: Exception, out: Any, x: Any, removed: list[int]) -> Any:
+    """``out`` (in storage order) in ``x``'s layout: every axis kept, or the one ``removed``."""
+    order = x.order
+    if out.ndim == x.ndim and out.ragged_ndim == x.ragged_ndim:
+        kept = list(order)
+    elif out.ndim == x.ndim - 1 and len(removed) == 1 and out.ragged_ndim == x.ragged_ndim:
+        gone = removed[0]
+        kept = [k - (k > gone) for k in order if k != gone]
+    else:
+        raise refusal
+    storage_order = (0, *kept)
+    names = None
+    if out.axes is not None:
+        names = tuple(out.axes[s] for s in storage_order)
+    same = all(k == i + 1 for i, k in enumerate(kept))
+    return type(out)._trusted(out.values, out.partition, names, None if same else tuple(kept))
