@@ -16,7 +16,7 @@ Tensor-style reshapes and the pointwise operators take them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,7 +24,8 @@ import torch
 from ._errors import name_of
 from ._flat import FlatArray
 from ._shape import RaggedSize
-from ._versions import PermutedLayoutError, refuse_permuted
+from ._storage_order import pointwise as pointwise
+from ._versions import refuse_permuted
 
 if TYPE_CHECKING:
     from ._array import RaggedArray
@@ -269,47 +270,6 @@ def _split_like(x: RaggedArray, inner: Sequence[Any]) -> list[list[Any]]:
             groups[-1].append(inner[position])
             position += 1
     return groups
-
-
-def pointwise(handler: Callable[..., Any]) -> Callable[..., Any]:
-    """``handler`` (an elementwise op) that also takes permuted arrays: when its RaggedArray
-    operands share one order, it runs on their storage order and its result gets that order
-    back. The plain path costs nothing more: the lifting starts from the op's own refusal."""
-
-    def lifted(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return handler(*args, **kwargs)
-        except PermutedLayoutError as error:
-            refusal = error
-        return _on_storage(handler, refusal, args, kwargs)
-
-    lifted.__wrapped__ = handler  # type: ignore[attr-defined]
-    return lifted
-
-
-def _on_storage(handler: Any, refusal: Exception, args: Any, kwargs: dict[str, Any]) -> Any:
-    arrays = [a for a in (*args, *kwargs.values()) if hasattr(a, "order")]
-    order, names = arrays[0].order, arrays[0].axes
-    if order is None:
-        order, names = next((a.order, a.axes) for a in arrays if a.order is not None)
-    for value in (*args, *kwargs.values()):
-        dense = isinstance(value, torch.Tensor) and value.dim() > 0
-        if dense or (hasattr(value, "order") and value.order != order):
-            raise refusal  # operands in other layouts, or dense ones to line up: refused
-
-    def strip(value: Any) -> Any:
-        if hasattr(value, "order"):
-            return type(value)._trusted(value.values, value.partition, None)
-        return value
-
-    out = handler(*map(strip, args), **{k: strip(v) for k, v in kwargs.items()})
-
-    def restore(value: Any) -> Any:
-        if hasattr(value, "order") and value.ndim == len(order) + 1:
-            return type(value)._trusted(value.values, value.partition, names, order)
-        return value
-
-    return tuple(map(restore, out)) if isinstance(out, tuple) else restore(out)
 
 
 def new_filled(x: RaggedArray, size: Sequence[Any], fill: Any, **options: Any) -> Any:

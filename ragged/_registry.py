@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 import torch
 
 from ._axes import AxisRule
-from ._storage_order import lift_axes
+from ._storage_order import lift_axes, pointwise
 from ._torch_args import TorchArgs, TorchParam
 from ._versions import check_unchanged
 
@@ -338,7 +338,8 @@ def op(
             raise ValueError(f"{public_name}: `torch` and `methods` need `torch_args`")
         declared = _parse_args(public_name, fn, args)  # type: ignore[arg-type]
         obj = fn if checks else _checked(fn, declared)  # type: ignore[arg-type]
-        obj = lift_axes(obj, declared)  # type: ignore[arg-type]  # permuted arrays (_storage_order)
+        # Permuted arrays (ragged._storage_order): run on the storage order, the layout put back.
+        obj = pointwise(obj) if family == "elementwise" else lift_axes(obj, declared)  # type: ignore[arg-type]
         fns = tuple(item[0] if isinstance(item, tuple) else item for item in torch)
         signatures = tuple(
             TorchArgs.parse(fn, item[1] if isinstance(item, tuple) else torch_args)  # type: ignore[arg-type]

@@ -1,4 +1,10 @@
-"""Ops with axis arguments on permuted arrays: the logical axes translated to the storage order.
+"""Ops on permuted arrays (``ragged._layout``): run on the storage order, the layout put back.
+
+``pointwise`` lifts an elementwise op: when its RaggedArray operands share one order, it runs on
+their storage order and the result gets that order back. ``lift_axes`` lifts an op with axis
+arguments. The registry applies them to the ops it declares (the elementwise family, and every
+op with one RaggedArray argument and ``axis`` / ``axes`` arguments); the torch door applies
+``pointwise`` to its elementwise handlers.
 
 An op of the registry is written for the storage order ``(B, L*, *inner)`` and refuses a
 permuted array (``ragged._layout``) with ``PermutedLayoutError`` before it reads anything. For
@@ -19,7 +25,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["lift_axes"]
+from ._versions import PermutedLayoutError
+
+__all__ = ["lift_axes", "pointwise"]
 
 _AXIS_KINDS = ("axis", "axes")
 
@@ -30,10 +38,10 @@ def lift_axes(fn: Callable[..., Any], declared: Sequence[Any]) -> Callable[..., 
     kinds = [arg.kind for arg in declared]
     if kinds.count("ragged") != 1 or not any(k in _AXIS_KINDS for k in kinds):
         return fn
-    signature = inspect.signature(fn)
-    names = [arg.name for arg in declared]
-    array_name = names[kinds.index("ragged")]
-    axis_names = [arg.name for arg in declared if arg.kind in _AXIS_KINDS]
+    # Only strings in the closure: Dynamo wraps the closure of a function it reaches without a
+    # source (through the torch door's tables), and cannot wrap an inspect.Signature.
+    array_name = declared[kinds.index("ragged")].name
+    axis_names = tuple(arg.name for arg in declared if arg.kind in _AXIS_KINDS)
 
     @functools.wraps(fn)
     def lifted(*args: Any, **kwargs: Any) -> Any:
@@ -41,18 +49,18 @@ def lift_axes(fn: Callable[..., Any], declared: Sequence[Any]) -> Callable[..., 
             return fn(*args, **kwargs)
         except (TypeError, ValueError) as error:  # PermutedLayoutError, or an axis check first
             refusal = error
-        bound = signature.bind(*args, **kwargs)
+        bound = inspect.signature(fn).bind(*args, **kwargs)
         bound.apply_defaults()
         x = bound.arguments[array_name]
         if getattr(x, "order", None) is None:
             raise refusal
-        return _on_storage(fn, refusal, bound, array_name, axis_names)
+        return _axes_on_storage(fn, refusal, bound, array_name, axis_names)
 
     return lifted
 
 
-def _on_storage(
-    fn: Any, refusal: Exception, bound: Any, array_name: str, axis_names: list[str]
+def _axes_on_storage(
+    fn: Any, refusal: Exception, bound: Any, array_name: str, axis_names: tuple[str, ...]
 ) -> Any:
     arguments = bound.arguments
     x = arguments[array_name]
@@ -116,3 +124,46 @@ def _with_layout(refusal: Exception, out: Any, x: Any, removed: list[int]) -> An
         names = tuple(out.axes[s] for s in storage_order)
     same = all(k == i + 1 for i, k in enumerate(kept))
     return type(out)._trusted(out.values, out.partition, names, None if same else tuple(kept))
+
+
+def pointwise(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """``handler`` (an elementwise op) that also takes permuted arrays: when its RaggedArray
+    operands share one order, it runs on their storage order and its result gets that order
+    back. The plain path costs nothing more: the lifting starts from the op's own refusal."""
+
+    @functools.wraps(handler)
+    def lifted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return handler(*args, **kwargs)
+        except PermutedLayoutError as error:
+            refusal = error
+        return _pointwise_on_storage(handler, refusal, args, kwargs)
+
+    return lifted
+
+
+def _pointwise_on_storage(
+    handler: Any, refusal: Exception, args: Any, kwargs: dict[str, Any]
+) -> Any:
+    arrays = [a for a in (*args, *kwargs.values()) if hasattr(a, "order")]
+    order, names = arrays[0].order, arrays[0].axes
+    if order is None:
+        order, names = next((a.order, a.axes) for a in arrays if a.order is not None)
+    for value in (*args, *kwargs.values()):
+        dense = isinstance(value, torch.Tensor) and value.dim() > 0
+        if dense or (hasattr(value, "order") and value.order != order):
+            raise refusal  # operands in other layouts, or dense ones to line up: refused
+
+    def strip(value: Any) -> Any:
+        if hasattr(value, "order"):
+            return type(value)._trusted(value.values, value.partition, None)
+        return value
+
+    out = handler(*map(strip, args), **{k: strip(v) for k, v in kwargs.items()})
+
+    def restore(value: Any) -> Any:
+        if hasattr(value, "order") and value.ndim == len(order) + 1:
+            return type(value)._trusted(value.values, value.partition, names, order)
+        return value
+
+    return tuple(map(restore, out)) if isinstance(out, tuple) else restore(out)

@@ -73,11 +73,15 @@ def test_head_first_layout_is_metadata() -> None:
 
 
 def test_permuted_arrays_refuse_storage_order_ops() -> None:
+    """Ops with axis arguments and elementwise ops take permuted arrays
+    (tests/test_optable_layouts.py); the others refuse them."""
     q = make(2, 3).transpose(1, 2)
-    with pytest.raises(TypeError, match=r"^RaggedArray\.sum: `input` has its ragged axis moved"):
-        q.sum(-1)
-    with pytest.raises(TypeError, match=r"^ragged\.softmax: `x` has its ragged axis moved"):
-        ragged.softmax(q, -1)
+    with pytest.raises(TypeError, match=r"^ragged\.attention: `q` has its ragged axis moved"):
+        ragged.attention(q, q, q)
+    with pytest.raises(TypeError, match=r"^ragged\.pair_dot: `x` has its ragged axis moved"):
+        ragged.pair_dot(q, q)
+    # the ragged axis and an inner one at once: a dense (B, D) result, inner axes in order
+    torch.testing.assert_close(ragged.sum(q, axis=(1, 2)), ragged.sum(q.transpose(1, 2), (1, 2)))
     with pytest.raises(TypeError, match=r"^RaggedArray\.transpose: `dims` \(1, 0, 2, 3\) moves"):
         make(2, 3).transpose(0, 1)
 
