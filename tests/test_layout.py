@@ -317,3 +317,16 @@ def test_mT_swaps_two_inner_axes_as_metadata() -> None:
     assert y.mT.mT.order == y.order and y.mT.values.data_ptr() == y.values.data_ptr()
     for pair in (make(3), make(2, 3).transpose(1, 2)):  # (B, L*, C), (B, H, L*, D)
         assert not isinstance(pair.mT, ragged.RaggedArray)
+
+
+def test_flat_rows_and_permuted_axis_ops_read_no_device_memory() -> None:
+    """On the meta device (no data: any host read fails): GPT-2's Conv1D chain, and ops with
+    axis arguments and elementwise ops on the head-first layout, forward and backward."""
+    x = make(4).to("meta").requires_grad_()
+    w = torch.randn(4, 3, device="meta", dtype=torch.float64)
+    y = torch.addmm(w[0], x.view(-1, x.size(-1)), w).view(x.size()[:-1] + (3,))  # noqa: RUF005
+    assert y.partition is x.partition and y.values.device.type == "meta"
+    y.values.sum().backward()
+    p = make(2, 4).to("meta").transpose(1, 2)
+    out = ragged.softmax(p, axis=-1) + ragged.add(p, 1.0)
+    assert out.order == p.order and ragged.sum(p, axis=2).shape == (4, 2, 4)
