@@ -330,3 +330,24 @@ def test_flat_rows_and_permuted_axis_ops_read_no_device_memory() -> None:
     p = make(2, 4).to("meta").transpose(1, 2)
     out = ragged.softmax(p, axis=-1) + ragged.add(p, 1.0)
     assert out.order == p.order and ragged.sum(p, axis=2).shape == (4, 2, 4)
+
+
+def test_flat_rows_under_torch_func() -> None:
+    """vmap over an ensemble of weights returns a FlatArray (the pytree: values stacked first),
+    and grad through view(-1, C) -> addmm -> view(size_out) agrees with autograd."""
+    x = make(4, seed=3)
+    ws = torch.randn(3, 4, 2, dtype=torch.float64)
+
+    def rows(w: torch.Tensor) -> ragged.FlatArray:
+        return torch.addmm(w[0], x.view(-1, 4), w)
+
+    out = torch.func.vmap(rows)(ws)
+    assert isinstance(out, ragged.FlatArray) and out.partition is x.partition
+    torch.testing.assert_close(out.values, torch.stack([rows(w).values for w in ws]))
+
+    def loss(w: torch.Tensor) -> torch.Tensor:
+        return (rows(w).view(x.size()[:-1] + (2,)).values ** 2).sum()  # noqa: RUF005
+
+    w = ws[0].clone().requires_grad_()
+    (want,) = torch.autograd.grad(loss(w), w)
+    torch.testing.assert_close(torch.func.grad(loss)(ws[0]), want)
