@@ -38,8 +38,12 @@ def lift_axes(fn: Callable[..., Any], declared: Sequence[Any]) -> Callable[..., 
     kinds = [arg.kind for arg in declared]
     if kinds.count("ragged") != 1 or not any(k in _AXIS_KINDS for k in kinds):
         return fn
-    # Only strings in the closure: Dynamo wraps the closure of a function it reaches without a
-    # source (through the torch door's tables), and cannot wrap an inspect.Signature.
+    params = _plain_parameters(fn)
+    if params is None:
+        return fn
+    # Only constants in the closure, and no inspect on the lifting path: Dynamo wraps the
+    # closure of a function it reaches without a source (through the torch door's tables) and
+    # traces the lifting path itself under torch.compile.
     array_name = declared[kinds.index("ragged")].name
     axis_names = tuple(arg.name for arg in declared if arg.kind in _AXIS_KINDS)
 
@@ -49,20 +53,54 @@ def lift_axes(fn: Callable[..., Any], declared: Sequence[Any]) -> Callable[..., 
             return fn(*args, **kwargs)
         except (TypeError, ValueError) as error:  # PermutedLayoutError, or an axis check first
             refusal = error
-        bound = inspect.signature(fn).bind(*args, **kwargs)
-        bound.apply_defaults()
-        x = bound.arguments[array_name]
-        if getattr(x, "order", None) is None:
+        arguments = _bind(params, args, kwargs)
+        if arguments is None or getattr(arguments.get(array_name), "order", None) is None:
             raise refusal
-        return _axes_on_storage(fn, refusal, bound, array_name, axis_names)
+        return _axes_on_storage(fn, refusal, arguments, array_name, axis_names)
 
     return lifted
 
 
+_CONSTANT = (type(None), bool, int, float, str)
+
+
+def _plain_parameters(fn: Any) -> tuple[tuple[str, bool, bool, Any], ...] | None:
+    """``fn``'s parameters as ``(name, keyword_only, required, default)`` constants, or
+    ``None`` where they are not that plain (``*args``, positional-only, an object default)."""
+    out = []
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            return None
+        required = param.default is inspect.Parameter.empty
+        if not required and not isinstance(param.default, _CONSTANT):
+            return None
+        default = None if required else param.default
+        out.append((param.name, param.kind is param.KEYWORD_ONLY, required, default))
+    return tuple(out)
+
+
+def _bind(params: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The call's arguments by name, defaults filled in (``None`` where it does not bind)."""
+    arguments: dict[str, Any] = {}
+    position = 0
+    for name, keyword_only, required, default in params:
+        if not keyword_only and position < len(args):
+            arguments[name] = args[position]
+            position += 1
+        elif name in kwargs:
+            arguments[name] = kwargs[name]
+        elif required:
+            return None
+        else:
+            arguments[name] = default
+    if position < len(args) or any(k not in arguments for k in kwargs):
+        return None
+    return arguments
+
+
 def _axes_on_storage(
-    fn: Any, refusal: Exception, bound: Any, array_name: str, axis_names: tuple[str, ...]
+    fn: Any, refusal: Exception, arguments: dict[str, Any], array_name: str, axis_names: Any
 ) -> Any:
-    arguments = bound.arguments
     x = arguments[array_name]
     if any(k != array_name and hasattr(v, "order") for k, v in arguments.items()):
         raise refusal
@@ -87,7 +125,7 @@ def _axes_on_storage(
                 removed.append(arguments[name])
     names = None if x.axes is None else _storage_names(x.axes, storage)
     arguments[array_name] = type(x)._trusted(x.values, x.partition, names)
-    out = fn(*bound.args, **bound.kwargs)
+    out = fn(**arguments)
 
     def restore(value: Any) -> Any:
         if isinstance(value, tuple):

@@ -15,7 +15,7 @@ import torch
 
 import ragged
 from ragged import _registry
-from tests.optable import OpInfo, all_ops
+from tests.optable import OpInfo, all_ops, check_one_graph
 
 OPS = [info for info in all_ops() if info.lift]
 REFUSAL = re.compile(r"has its ragged axis moved")
@@ -174,3 +174,19 @@ def test_axis_ops_on_the_head_first_layout_match_segments_with_gradients(
         return out if isinstance(out, torch.Tensor) else out.values
 
     torch.autograd.gradcheck(through, (values.clone().requires_grad_(),))
+
+
+def test_axis_ops_on_the_head_first_layout_compile_to_one_graph() -> None:
+    """softmax and a keepdim mean over the head-first layout ``(B, H, L*, D)``, then back: one
+    graph for three batches of other sizes and lengths."""
+
+    def heads(x: ragged.RaggedArray) -> ragged.RaggedArray:
+        q = x.view(*x.shape[:-1], 2, 3).transpose(1, 2)
+        out = torch.softmax(q, dim=-1) * q.mean(-1, keepdim=True) + ragged.cumsum(q, axis=1)
+        return out.transpose(1, 2).reshape(*x.shape[:-1], -1)
+
+    batches = []
+    for seed, lengths in enumerate([[3, 1, 4], [2, 5], [1, 2, 6, 3, 2]]):
+        gen = torch.Generator().manual_seed(seed)
+        batches.append((ragged.from_lengths(torch.randn(sum(lengths), 6, generator=gen), lengths),))
+    check_one_graph(heads, batches, backend="aot_eager")
