@@ -190,3 +190,16 @@ def test_axis_ops_on_the_head_first_layout_compile_to_one_graph() -> None:
         gen = torch.Generator().manual_seed(seed)
         batches.append((ragged.from_lengths(torch.randn(sum(lengths), 6, generator=gen), lengths),))
     check_one_graph(heads, batches, backend="aot_eager")
+
+
+def test_axis_ops_on_a_permuted_layout_under_vmap() -> None:
+    """vmap over an ensemble of scales of a lifted op on ``(B, H, L*, D)`` equals a loop."""
+    gen = torch.Generator().manual_seed(2)
+    x = ragged.from_lengths(torch.randn(5, 6, generator=gen, dtype=torch.float64), [2, 0, 3])
+    q = x.view(*x.shape[:-1], 2, 3).transpose(1, 2)
+
+    def scaled(w: torch.Tensor) -> torch.Tensor:
+        return ragged.sum(ragged.softmax(q * w, axis=-1) * q, axis=2)  # (B, H, D), dense
+
+    ws = torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64)
+    torch.testing.assert_close(torch.func.vmap(scaled)(ws), torch.stack([scaled(w) for w in ws]))
