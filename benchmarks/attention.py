@@ -5,7 +5,11 @@ Data (issue 27): ``B=32`` sequences with log-normal lengths in [8, 512] (median 
 (``ragged.bench.compare``, alternating order), forward (``no_grad``) and forward+backward
 (gradients of ``q``, ``k``, ``v`` for a fixed output gradient):
 
-* ``ragged.attention``: the RaggedArrays ``(B, L*, H, Dh)``;
+* ``ragged.attention``: the RaggedArrays ``(B, L*, H, Dh)`` (on CPU the native tiled kernel,
+  ``ragged/kernels/_native_attention.py``);
+* ``ragged, bucket path``: the same call with the native kernel switched off
+  (``_native_attention.ENABLED = False``): length buckets on torch's CPU flash kernel, the path
+  before it and its fallback;
 * ``SDPA loop``: one ``F.scaled_dot_product_attention(is_causal=True)`` per sequence
   (split, attend, concatenate);
 * ``flex_attention``: torch's ``flex_attention`` compiled (``torch.compile``, Inductor), on the
@@ -23,7 +27,8 @@ the table gives each contestant's useful GFLOP/s, its share of that rate and its
 ``ragged.attention``'s (the median over rounds of the per-round ratios: above 1 is slower).
 
 Run: ``python benchmarks/attention.py [--quick] [--threads 1] [--reps 15] [--no-flex]
-[--json out.json]`` (``--quick``: 8 sequences up to 256 rows, 5 rounds, no flex).
+[--json out.json] [--profile]`` (``--quick``: 8 sequences up to 256 rows, 5 rounds, no flex;
+``--profile``: also the share of the native kernel's time inside the GEMM calls).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import torch.nn.functional as F
 
 import ragged
 from ragged.bench import Table, compare, per_call, pin_cpu, write_result
+from ragged.kernels import _native_attention as native_attention
 
 HEADS, HEAD_DIM = 8, 64
 TILE = 512  # the matmul tile: [TILE, HEAD_DIM] @ [HEAD_DIM, TILE]
@@ -100,20 +106,31 @@ class Batch:
         return out.transpose(1, 2)
 
 
-def ragged_attention(batch: Batch, grad: bool) -> Callable[[], Any]:
+def ragged_attention(batch: Batch, grad: bool, native: bool = True) -> Callable[[], Any]:
     def run() -> Any:
         q, k, v = batch.leaves(grad)
-        out = ragged.attention(
-            batch.template.with_values(q),
-            batch.template.with_values(k),
-            batch.template.with_values(v),
-            causal=True,
-        ).values
-        if grad:
-            torch.autograd.backward(out, batch.grad)
+        before = native_attention.ENABLED
+        native_attention.ENABLED = native
+        try:
+            out = ragged.attention(
+                batch.template.with_values(q),
+                batch.template.with_values(k),
+                batch.template.with_values(v),
+                causal=True,
+            ).values
+            if grad:
+                torch.autograd.backward(out, batch.grad)
+        finally:
+            native_attention.ENABLED = before
         return out
 
     return run
+
+
+def bucket_path(batch: Batch, grad: bool) -> Callable[[], Any]:
+    """``ragged.attention`` with the native kernel switched off: the length buckets on torch's
+    CPU flash kernel (the path before the native kernel, and its fallback)."""
+    return ragged_attention(batch, grad, native=False)
 
 
 def sdpa_loop(batch: Batch, grad: bool) -> Callable[[], Any]:
@@ -182,6 +199,26 @@ def flex(batch: Batch) -> Callable[[], Any]:
     return run
 
 
+def where_time_goes(batch: Batch, reps: int) -> str:
+    """The share of the native kernel's time inside torch's GEMM calls (the rest: the softmax,
+    rescaling and writes in C), forward and backward, the median of ``reps`` calls each."""
+    q, k, v = batch.q, batch.k, batch.v
+    offsets = batch.template.partition.levels[0].offsets
+    scale = HEAD_DIM**-0.5
+    out, lse = native_attention.forward(q, k, v, offsets, offsets, scale, True)
+    calls = {
+        "forward": lambda: native_attention.forward(q, k, v, offsets, offsets, scale, True),
+        "backward": lambda: native_attention.backward(
+            batch.grad, q, k, v, out, lse, offsets, offsets, scale, True
+        ),
+    }
+    lines = []
+    for name, call in calls.items():
+        shares = sorted(native_attention.profile(call)[1] for _ in range(reps))
+        lines.append(f"native {name}: {shares[len(shares) // 2]:.0%} of the time in GEMM calls")
+    return "\n".join(lines)
+
+
 def reason(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:90] if text else ''}"
@@ -195,6 +232,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-flex", action="store_true", help="skip compiled flex_attention")
     parser.add_argument("--json", help="write the result document here")
+    parser.add_argument(
+        "--profile", action="store_true", help="also the GEMM share of the native kernel's time"
+    )
     args = parser.parse_args()
     if hasattr(os, "sched_getaffinity"):  # the last `threads` CPUs this process may use
         pin_cpu(set(sorted(os.sched_getaffinity(0))[-args.threads :]))
@@ -209,6 +249,7 @@ def main() -> None:
     modes: dict[str, dict[str, Callable[[], Any]]] = {"forward": {}, "forward+backward": {}}
     makers = {
         "ragged.attention": ragged_attention,
+        "ragged, bucket path": bucket_path,
         "SDPA loop": sdpa_loop,
         "padded SDPA": padded_sdpa,
         "NJT SDPA": nested_sdpa,
@@ -266,6 +307,8 @@ def main() -> None:
     if compile_seconds is not None:
         table.notes.append(f"flex_attention: compile and first call {compile_seconds:.0f} s.")
     print(table.text())
+    if args.profile:
+        print(where_time_goes(batch, reps))
     if args.json:
         write_result(args.json, "attention", [table], quick=args.quick, metric="wall")
 

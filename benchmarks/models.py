@@ -32,6 +32,47 @@ COMPILE_LENGTHS = [[3, 1, 4], [2, 5], [1, 2, 6, 3, 2]]
 C = 8
 
 
+class SelfAttention(nn.Module):
+    """``attn(x, x, x)`` with torch's defaults (the weights are computed too); the output."""
+
+    def __init__(self, attn: nn.Module) -> None:
+        super().__init__()
+        self.attn = attn
+
+    def forward(self, x: Any) -> Any:
+        return self.attn(x, x, x)[0]
+
+
+class SelfDecoder(nn.Module):
+    """A decoder layer with its own input as the memory (one input per library's batch)."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: Any) -> Any:
+        return self.layer(x, x)
+
+
+def attention_modules() -> dict[str, Callable[[], nn.Module]]:
+    """torch's attention modules (dropout 0, so that the outputs compare)."""
+
+    def encoder_layer(norm_first: bool = False) -> nn.Module:
+        return nn.TransformerEncoderLayer(C, 2, 16, 0.0, batch_first=True, norm_first=norm_first)
+
+    return {
+        "nn.MultiheadAttention(batch_first=True)": lambda: SelfAttention(
+            nn.MultiheadAttention(C, 2, batch_first=True)
+        ),
+        "nn.TransformerEncoderLayer(batch_first=True)": encoder_layer,
+        "nn.TransformerEncoderLayer(norm_first=True)": lambda: encoder_layer(True),
+        "nn.TransformerEncoder(2 layers)": lambda: nn.TransformerEncoder(encoder_layer(), 2),
+        "nn.TransformerDecoderLayer(memory: the input)": lambda: SelfDecoder(
+            nn.TransformerDecoderLayer(C, 2, 16, 0.0, batch_first=True)
+        ),
+    }
+
+
 def modules() -> dict[str, Callable[[], nn.Module]]:
     """The rows: name -> a builder of the module (``(B, L, C)`` in, first output compared)."""
     rows: dict[str, Callable[[], nn.Module]] = {
@@ -46,6 +87,7 @@ def modules() -> dict[str, Callable[[], nn.Module]]:
         "nn.LSTM(batch_first=True, 2 layers, bidirectional)": lambda: nn.LSTM(
             C, 6, num_layers=2, bidirectional=True, batch_first=True
         ),
+        **attention_modules(),
     }
     if importlib.util.find_spec("transformers") is not None:
         import transformers
@@ -122,13 +164,16 @@ def model_checks(lib: Library, build: Callable[[], nn.Module]) -> dict[str, str]
         scope = ragged.dynamic_shapes if isinstance(lib, Ragged) else contextlib.nullcontext
         for seed, lengths in enumerate(COMPILE_LENGTHS):
             segments = batch(lengths, seed + 1)
-            with scope(), torch._dynamo.config.patch(specialize_float=True):
+            # allow_rnn: without it Dynamo runs torch's recurrent modules eagerly, for everyone.
+            config = torch._dynamo.config.patch(specialize_float=True, allow_rnn=True)
+            with scope(), config:
                 parts = lib.parts(first(fn(lib.build(segments))))
             if not all(
                 close(g, first(module(s[None]))[0]) for g, s in zip(parts, segments, strict=True)
             ):
                 return "wrong values"
         torch._dynamo.reset()
+        graphs = [gm for gm in graphs if len(gm.graph.nodes)]
         if not graphs:
             return "right values, no graph (Dynamo runs it eagerly)"
         return True if len(graphs) == 1 else f"{len(graphs)} graphs for 3 batches"

@@ -379,6 +379,12 @@ class RaggedArray(Pickled, TensorMethods):
         if dim != 0:
             return _layout.unbind_dim(RaggedArray.unbind, self, dim)
         if self.order is not None:  # one-level: each segment's axes in the logical order
+            if self.order[0] == 0:
+                raise TypeError(
+                    "RaggedArray.unbind: a sequence-first view (L*, B, ...) has no dense "
+                    "slices along its ragged first axis; transpose it back (x.transpose(0, 1)) "
+                    "for the segments."
+                )
             if len(self.partition.levels) != 1:
                 raise TypeError(
                     "RaggedArray.unbind: a permuted array with several ragged axes has no dense "

@@ -8,6 +8,14 @@ is. So ``(B, L*, H, D).transpose(1, 2)`` is ``(B, H, L*, D)`` with the same valu
 two inner axes is a ``values.transpose``, a view), so an order only says where the ragged axes
 sit among the inner ones; the ragged axes keep their relative order.
 
+The sequence-first view ``(L*, B, *inner)`` of a one-level array in the storage order
+(``x.transpose(0, 1)``, as ``nn.MultiheadAttention`` makes it) is the one order that moves the
+batch axis: ``order == (0, 2, ..., ndim - 1)`` (logical axis 1 is the batch axis, storage axis 0;
+logical axis 0 is the storage axis missing from ``order``, the ragged one). Its values are the
+array's own (no copy); transposing it back gives the storage order again. Only the functions
+that say so take it (``takes_sequence_first``: transposing back, sizes, the pointwise ops,
+``F.linear``/``F.layer_norm`` over the last axis, ``F.multi_head_attention_forward``).
+
 Ops written for the storage order refuse permuted arrays (``refuse_permuted``, called from
 ``ragged._versions.check_unchanged``, which every op calls first); the functions here, the
 Tensor-style reshapes and the pointwise operators take them.
@@ -16,7 +24,7 @@ Tensor-style reshapes and the pointwise operators take them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -32,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MOVES_BATCH",
+    "is_sequence_first",
     "logical_dim",
     "logical_order",
     "merge_rows",
@@ -39,6 +48,7 @@ __all__ = [
     "pointwise",
     "refuse_permuted",
     "reshape",
+    "rowwise",
     "storage_dim",
     "unbind_dim",
     "view_or_rows",
@@ -46,9 +56,41 @@ __all__ = [
 
 MOVES_BATCH = (
     "moves the batch axis, which stays first on a RaggedArray (its segments are the rows of "
-    "the batch); sequence-first code such as nn.MultiheadAttention's `query.transpose(1, 0)` "
-    "is refused: use ragged.nn.RaggedMultiheadAttention or ragged.attention"
+    "the batch); the one exception is the sequence-first view (L*, B, ...) of a one-level "
+    "array in the storage order, x.transpose(0, 1), which transposes back the same way"
 )
+
+
+def is_sequence_first(x: Any) -> bool:
+    """Whether ``x`` is a RaggedArray in the sequence-first view ``(L*, B, *inner)``."""
+    order = getattr(x, "order", None)
+    return order is not None and order[0] == 0
+
+
+def _swaps_batch(dims: Sequence[int]) -> bool:
+    """Whether ``dims`` swaps the first two axes and keeps the others in place."""
+    return list(dims[:2]) == [1, 0] and all(d == i for i, d in enumerate(dims) if i > 1)
+
+
+def _sequence_first(func: Any, x: RaggedArray, dims: Sequence[int]) -> RaggedArray:
+    """``x`` permuted by ``dims`` that move the batch axis: the sequence-first view and back."""
+    n = x.ndim
+    if is_sequence_first(x):
+        if _swaps_batch(dims):
+            return build(x, x.values, None if x.axes is None else _swap(x.axes), range(1, n))
+        raise TypeError(
+            f"{_prefix(func)}`dims` {tuple(dims)}: a sequence-first array (L*, B, ...) only "
+            "transposes back to (B, L*, ...) (x.transpose(0, 1)); other permutes take the "
+            "batch-first array."
+        )
+    if _swaps_batch(dims) and x.order is None and x.ragged_ndim == 1:
+        names = None if x.axes is None else _swap(x.axes)
+        return build(x, x.values, names, (0, *range(2, n)))
+    raise TypeError(f"{_prefix(func)}`dims` {tuple(dims)} {MOVES_BATCH}.")
+
+
+def _swap(items: Sequence[Any]) -> tuple[Any, ...]:
+    return (items[1], items[0], *items[2:])
 
 
 def _prefix(func: Any) -> str:
@@ -89,8 +131,8 @@ def permute(func: Any, x: RaggedArray, dims: Sequence[Any]) -> RaggedArray:
         raise ValueError(
             f"{_prefix(func)}`dims` must be a permutation of the {n} axes, got {tuple(dims)}."
         )
-    if dims[0] != 0:
-        raise TypeError(f"{_prefix(func)}`dims` {tuple(dims)} {MOVES_BATCH}.")
+    if dims[0] != 0 or is_sequence_first(x):
+        return _sequence_first(func, x, dims)
     nr = x.ragged_ndim
     old = logical_order(x)
     new = [old[d - 1] for d in dims[1:]]
@@ -270,6 +312,26 @@ def _split_like(x: RaggedArray, inner: Sequence[Any]) -> list[list[Any]]:
             groups[-1].append(inner[position])
             position += 1
     return groups
+
+
+def rowwise(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """``handler`` (an op over the last axes of its first operand: ``F.linear``,
+    ``F.layer_norm``) that also takes a sequence-first array, whose last axes are stored last:
+    it runs on the storage order and its result is sequence-first again."""
+
+    def lifted(input: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_sequence_first(input) or any(
+            hasattr(a, "order") for a in (*args, *kwargs.values())
+        ):
+            return handler(input, *args, **kwargs)
+        names = None if input.axes is None else _swap(input.axes)
+        stored = type(input)._trusted(input.values, input.partition, names)
+        out = handler(stored, *args, **kwargs)
+        names = None if out.axes is None else _swap(out.axes)
+        return type(out)._trusted(out.values, out.partition, names, (0, *range(2, out.ndim)))
+
+    lifted.__wrapped__ = handler  # type: ignore[attr-defined]
+    return lifted
 
 
 def new_filled(x: RaggedArray, size: Sequence[Any], fill: Any, **options: Any) -> Any:

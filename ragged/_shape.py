@@ -179,9 +179,13 @@ class RaggedShape(tuple):
             stored: tuple[Any, ...] = (RaggedSize(partition, 0), *inner)
         else:
             stored = (*[RaggedSize(partition, k) for k in range(len(levels))], *inner)
-        if order is not None:
-            stored = tuple(stored[k - 1] for k in order)
-        shape = tuple.__new__(cls, (levels[0].lengths.shape[0], *stored))
+        batch = levels[0].lengths.shape[0]
+        if order is None:
+            shape = tuple.__new__(cls, (batch, *stored))
+        elif order[0] == 0:  # sequence-first (L*, B, ...): ragged._layout
+            shape = tuple.__new__(cls, (stored[0], batch, *stored[1:]))
+        else:
+            shape = tuple.__new__(cls, (batch, *(stored[k - 1] for k in order)))
         state = shape.__dict__
         state["_partition"] = partition
         state["_inner"] = inner

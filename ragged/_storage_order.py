@@ -54,7 +54,10 @@ def lift_axes(fn: Callable[..., Any], declared: Sequence[Any]) -> Callable[..., 
         except (TypeError, ValueError) as error:  # PermutedLayoutError, or an axis check first
             refusal = error
         arguments = _bind(params, args, kwargs)
-        if arguments is None or getattr(arguments.get(array_name), "order", None) is None:
+        if arguments is None:
+            raise refusal
+        order = getattr(arguments.get(array_name), "order", None)
+        if order is None or order[0] == 0:  # the sequence-first view keeps its refusal
             raise refusal
         return _axes_on_storage(fn, refusal, arguments, array_name, axis_names)
 
@@ -187,8 +190,11 @@ def _pointwise_on_storage(
     order, names = arrays[0].order, arrays[0].axes
     if order is None:
         order, names = next((a.order, a.axes) for a in arrays if a.order is not None)
+    # A dense operand lines up with the inner axes alike in the storage order only when the
+    # ragged axis is not among them: the sequence-first view (L*, B, *inner), inner axes last.
+    inner = len(order) - 1 if order[0] == 0 else 0
     for value in (*args, *kwargs.values()):
-        dense = isinstance(value, torch.Tensor) and value.dim() > 0
+        dense = isinstance(value, torch.Tensor) and value.dim() > inner
         if dense or (hasattr(value, "order") and value.order != order):
             raise refusal  # operands in other layouts, or dense ones to line up: refused
 

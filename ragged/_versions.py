@@ -70,10 +70,17 @@ class PermutedLayoutError(TypeError):
     (``ragged._layout``); the pointwise ops catch it and run on the storage order."""
 
 
-def refuse_permuted(func: Func, name: str) -> TypeError:
+def refuse_permuted(func: Func, name: str, sequence_first: bool = False) -> TypeError:
     """The error of an op that works on the storage order only, given a permuted array
-    (``ragged._layout``)."""
+    (``ragged._layout``); ``sequence_first``: the ``(L*, B, ...)`` view."""
     prefix = "" if func is None else f"{name_of(func)}: "
+    if sequence_first:
+        return PermutedLayoutError(
+            f"{prefix}`{name}` is a sequence-first view (L*, B, ...) (from x.transpose(0, 1)), "
+            "which this op does not take; transpose it back to (B, L*, ...) first (the "
+            "sequence-first view takes sizes, the pointwise ops, F.linear, F.layer_norm and "
+            "F.multi_head_attention_forward; docs/semantics.md, The logical order)."
+        )
     return PermutedLayoutError(
         f"{prefix}`{name}` has its ragged axis moved (a permuted layout, e.g. from "
         "x.transpose(1, 2)), which this op does not take; move the axes back first (for "
@@ -89,6 +96,7 @@ def check_unchanged(
     names: tuple[str, str] = ("x", "y"),
     *,
     any_layout: bool = False,
+    sequence_first: bool = False,
 ) -> None:
     """Raise if ``x`` (or ``y``) was edited in place since it was built.
 
@@ -104,9 +112,13 @@ def check_unchanged(
     Traceback (most recent call last):
     ValueError: ragged.f: `x` was modified in place after it was built (its partition's offsets, lengths or row ids were written); RaggedArrays are immutable: build a new array instead, e.g. x.with_values(new_values) for new values or ragged.from_lengths / ragged.from_offsets for a new partition.
     """
-    if not any_layout and (x.order is not None or (y is not None and y.order is not None)):
-        # A permuted layout (ragged._layout): static metadata, so refused under compile too.
-        raise refuse_permuted(func, names[0] if x.order is not None else names[1])
+    if not sequence_first and (x.order is not None or (y is not None and y.order is not None)):
+        # A permuted layout (ragged._layout): static metadata, so refused under compile too;
+        # ``any_layout`` takes the orders that keep the batch axis first.
+        for name, array in zip(names, (x, y), strict=True):
+            order = None if array is None else array.order
+            if order is not None and (not any_layout or order[0] == 0):
+                raise refuse_permuted(func, name, order[0] == 0)
     if _is_compiling():
         return
     # Inlined for x (and y): this runs first in every eager op, on tiny inputs too.

@@ -83,8 +83,10 @@ def check_one_graph(module: nn.Module, channels: int = 8) -> None:
         (ragged.array(batch(n, channels, seed=i)).float(),) for i, n in enumerate(COMPILE_LENGTHS)
     ]
     # A module's float attribute (LayerNorm's eps) would be lifted as a dynamic float input and
-    # read back with .item() inside the norm's handler; specialised as the op table does.
-    with ragged.dynamic_shapes(), torch._dynamo.config.patch(specialize_float=True):
+    # read back with .item() inside the norm's handler; specialised as the op table does. Dynamo
+    # runs torch's recurrent modules eagerly (tensors or not) unless `allow_rnn` is set.
+    config = torch._dynamo.config.patch(specialize_float=True, allow_rnn=True)
+    with ragged.dynamic_shapes(), config:
         report = ragged.testing.check_compile(
             module, batches, backend="aot_eager", max_graphs=1, atol=1e-5, rtol=1e-5
         )

@@ -81,7 +81,19 @@ PATTERNS: list[tuple[bool, Callable[[Any, Arrays], Any]]] = [
     (False, lambda f, a: f(a["x"], 1, -1)),  # chunk
     (False, lambda f, a: f(a["x"], a["x"].shape, 0.5)),  # new_full
     *[(False, lambda f, a, g=gates: _recurrent(f, a["x"], g)) for gates in (1, 3, 4)],
+    (True, lambda f, a: _attend(f, a["x"], a["y"])),
+    (False, lambda f, a: f(a["m"])),  # tril, triu of two inner axes
+    (False, lambda f, a: f(a["x"], a["x"].transpose(1, 2))),  # bmm: the pair map
+    (False, lambda f, a: f(a["x"] @ a["x"].mT, a["x"], a["x"].transpose(1, 2))),  # baddbmm
 ]
+
+
+def _attend(f: Any, x: Any, y: Any) -> Any:
+    """``F.multi_head_attention_forward`` as ``nn.MultiheadAttention(3, 1)`` calls it: the
+    sequence-first views ``(L*, B, E)`` of ``x`` (the queries) and ``y`` (keys and values)."""
+    kv = y.transpose(0, 1)
+    weights = (_dense(9, 3), None, None, None, False, 0.0, _dense(3, 3), None)
+    return f(x.transpose(0, 1), kv, kv, 3, 1, *weights)
 
 
 RECURRENT_GATES = {torch.gru: 3, torch.lstm: 4, torch.rnn_tanh: 1, torch.rnn_relu: 1}

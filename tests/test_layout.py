@@ -82,8 +82,12 @@ def test_permuted_arrays_refuse_storage_order_ops() -> None:
         ragged.pair_dot(q, q)
     # the ragged axis and an inner one at once: a dense (B, D) result, inner axes in order
     torch.testing.assert_close(ragged.sum(q, axis=(1, 2)), ragged.sum(q.transpose(1, 2), (1, 2)))
+    # softmax and cumsum map the logical axis to the storage one
+    for logical, storage in ((2, 1), (-1, 3), (1, 2)):
+        for op in (ragged.softmax, ragged.cumsum):
+            ragged.testing.assert_close(op(q, logical).transpose(1, 2), op(make(2, 3), storage))
     with pytest.raises(TypeError, match=r"^RaggedArray\.transpose: `dims` \(1, 0, 2, 3\) moves"):
-        make(2, 3).transpose(0, 1)
+        q.transpose(0, 1)  # the sequence-first view is of arrays in the storage order only
 
 
 def test_two_level_layouts() -> None:

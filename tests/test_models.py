@@ -258,9 +258,9 @@ def hf(name: str) -> Callable[[], nn.Module]:
 MATRIX: dict[str, tuple[Callable[[], nn.Module], bool]] = {
     "nn.Linear / GELU MLP": (mlp, True),
     "nn.LayerNorm": (lambda: nn.LayerNorm(8), True),
-    "nn.RNN": (lambda: nn.RNN(8, 6, batch_first=True), False),
-    "nn.GRU": (lambda: nn.GRU(8, 6, num_layers=2, bidirectional=True, batch_first=True), False),
-    "nn.LSTM": (lambda: nn.LSTM(8, 6, num_layers=2, bidirectional=True, batch_first=True), False),
+    "nn.RNN": (lambda: nn.RNN(8, 6, batch_first=True), True),
+    "nn.GRU": (lambda: nn.GRU(8, 6, num_layers=2, bidirectional=True, batch_first=True), True),
+    "nn.LSTM": (lambda: nn.LSTM(8, 6, num_layers=2, bidirectional=True, batch_first=True), True),
     "nanoGPT-style CausalSelfAttention": (CausalSelfAttention, True),
     "nanoGPT-style Block": (Block, True),
     "HF BertIntermediate": (hf("BertIntermediate"), True),
@@ -283,18 +283,36 @@ def test_matrix_rows_compile_to_one_graph(name: str) -> None:
     check_one_graph(MATRIX[name][0]())
 
 
-@pytest.mark.parametrize("name", [n for n, (_, one) in MATRIX.items() if not one])
-def test_recurrent_rows_compile_with_a_break_at_packing(name: str) -> None:
-    """Packing reads the lengths (host ``batch_sizes``): the handler runs eagerly (a graph
-    break; Dynamo runs torch's recurrent modules eagerly anyway), and the compiled module
-    matches eager mode on every batch."""
+@pytest.mark.parametrize("cls", [nn.GRU, nn.LSTM])
+def test_recurrent_gradients_under_compile(cls: type[nn.Module]) -> None:
+    """Compiled, the recurrence is one opaque op whose backward recomputes the forward with
+    autograd: input and parameter gradients equal eager mode's, batch after batch, one graph."""
+    import torch._dynamo.testing
+
     torch.manual_seed(0)
-    module = MATRIX[name][0]()
-    compiled = torch.compile(module, backend="aot_eager", dynamic=True)
-    for i, lengths in enumerate(COMPILE_LENGTHS):
-        x = ragged.array(batch(lengths, 8, seed=i)).float()
-        for got, expected in zip(outputs(compiled(x)), outputs(module(x)), strict=True):
-            ragged.testing.assert_close(got, expected)
+    module = cls(3, 4, num_layers=2, bidirectional=True, batch_first=True).double()
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(module, backend=counter, dynamic=True, fullgraph=True)
+    with ragged.dynamic_shapes(), torch._dynamo.config.patch(allow_rnn=True):
+        run_both(compiled, module)
+    assert sum(1 for graph in counter.graphs if len(graph.graph.nodes)) == 1
+
+
+def run_both(compiled: Any, module: nn.Module) -> None:
+    """``compiled`` and ``module`` give the same input and parameter gradients on two batches."""
+    for i, lengths in enumerate([[3, 0, 4], [2, 5]]):
+        found = []
+        for run in (compiled, module):
+            x = ragged.array(batch(lengths, 3, seed=i))
+            values = x.values.detach().requires_grad_()
+            x = x.with_values(values)
+            out = outputs(run(x))
+            loss = out[0].values.pow(2).sum() + sum(h.pow(3).sum() for h in out[1:])
+            loss.backward()
+            found.append([values.grad, *(p.grad.clone() for p in module.parameters())])
+            module.zero_grad()
+        for got, expected in zip(*found, strict=True):
+            torch.testing.assert_close(got, expected)
 
 
 def test_the_docs_list_every_row() -> None:

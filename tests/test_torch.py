@@ -414,9 +414,9 @@ def test_inner_axis_reshapes() -> None:
     pair = ragged.outer(x[..., 0, 0], x[..., 0, 0])
     ragged.testing.assert_close(pair.transpose(1, 2), ragged.transpose(pair))
     with pytest.raises(
-        TypeError, match=r"^RaggedArray\.transpose: `dims` \(1, 0, 2, 3\) moves the batch"
+        TypeError, match=r"^RaggedArray\.transpose: `dims` \(2, 1, 0, 3\) moves the batch"
     ):
-        x.transpose(1, 0)
+        x.transpose(2, 0)
     with pytest.raises(
         TypeError,
         match=r"^torch\.flatten: `start_dim`..`end_dim` \(1..-1\) is the batch or a ragged axis",
@@ -567,24 +567,24 @@ def test_unknown_functions_name_the_nearest_ragged_functions() -> None:
             "RaggedArray.sort: `out=` is not supported: RaggedArrays are immutable (use the result).",
         ),
         (
-            lambda x: nn.MultiheadAttention(3, 1, batch_first=True)(x, x, x),
+            lambda x: torch.softmax(x.transpose(0, 1), dim=0),
             TypeError,
-            "RaggedArray.transpose: `dims` (1, 0, 2) moves the batch axis, which stays first on a RaggedArray (its segments are the rows of the batch); sequence-first code such as nn.MultiheadAttention's `query.transpose(1, 0)` is refused: use ragged.nn.RaggedMultiheadAttention or ragged.attention.",
+            "torch.softmax: `input` is a sequence-first view (L*, B, ...) (from x.transpose(0, 1)), which this op does not take; transpose it back to (B, L*, ...) first (the sequence-first view takes sizes, the pointwise ops, F.linear, F.layer_norm and F.multi_head_attention_forward; docs/semantics.md, The logical order).",
         ),
         (
             lambda x: nn.MultiheadAttention(3, 1)(x, x, x),
             TypeError,
-            "torch.nn.functional.multi_head_attention_forward is not supported on RaggedArrays: nn.MultiheadAttention and nn.TransformerEncoderLayer do not take RaggedArrays: use ragged.nn.RaggedMultiheadAttention and ragged.nn.RaggedTransformerEncoderLayer (the same parameters and state dict) or ragged.attention.",
+            "torch.nn.functional.multi_head_attention_forward: `query` must be a sequence-first RaggedArray (L*, B, E), as F.multi_head_attention_forward takes it (nn.MultiheadAttention(batch_first=True) makes that view of a (B, L*, E) array with x.transpose(1, 0); with batch_first=False pass x.transpose(0, 1)), got a batch-first RaggedArray of 3 axes.",
         ),
         (
-            lambda x: nn.TransformerEncoderLayer(3, 1, 8, batch_first=True)(x),
+            lambda x: x.transpose(0, 1).transpose(1, 2),
             TypeError,
-            "RaggedArray.transpose: `dims` (1, 0, 2) moves the batch axis, which stays first on a RaggedArray (its segments are the rows of the batch); sequence-first code such as nn.MultiheadAttention's `query.transpose(1, 0)` is refused: use ragged.nn.RaggedMultiheadAttention or ragged.attention.",
+            "RaggedArray.transpose: `dims` (0, 2, 1): a sequence-first array (L*, B, ...) only transposes back to (B, L*, ...) (x.transpose(0, 1)); other permutes take the batch-first array.",
         ),
         (
             lambda x: nn.TransformerEncoderLayer(3, 1, 8).eval()(x),
             TypeError,
-            "torch.nn.functional.multi_head_attention_forward is not supported on RaggedArrays: nn.MultiheadAttention and nn.TransformerEncoderLayer do not take RaggedArrays: use ragged.nn.RaggedMultiheadAttention and ragged.nn.RaggedTransformerEncoderLayer (the same parameters and state dict) or ragged.attention.",
+            "torch.nn.functional.multi_head_attention_forward: `query` must be a sequence-first RaggedArray (L*, B, E), as F.multi_head_attention_forward takes it (nn.MultiheadAttention(batch_first=True) makes that view of a (B, L*, E) array with x.transpose(1, 0); with batch_first=False pass x.transpose(0, 1)), got a batch-first RaggedArray of 3 axes.",
         ),
     ],
 )
@@ -632,6 +632,7 @@ EXPLICIT_FNS = [
     torch.diff,
     torch.addmm,
     F.scaled_dot_product_attention,
+    F.multi_head_attention_forward,  # tests/test_models_torchnn.py
     torch.transpose,
     torch.swapaxes,
     torch.unsqueeze,
@@ -651,6 +652,8 @@ EXPLICIT_FNS = [
     F.embedding,
     F.one_hot,
     torch.autograd.grad,  # tests/test_immutability.py
+    *[torch.bmm, torch.baddbmm, torch.tril, torch.triu],  # tests/test_manual_attention.py
+    *[torch.ones_like, torch.zeros_like],  # tests/test_manual_attention.py
     *[getattr(F, n) for n in torchtable.LOSSES],
 ]
 EXPLICIT_METHODS = [
@@ -693,12 +696,25 @@ EXPLICIT_METHODS = [
     "cuda",
     "type_as",
     "diff",
+    *["bmm", "baddbmm", "tril", "triu"],  # tests/test_manual_attention.py
 ]
 
 
 # --- torch.compile: every row that claims it, in a few grouped graphs ---------------------------
 
 COMPILE_BATCHES = [[3, 0, 5, 2], [1], [0, 2, 6, 1, 3]]
+
+
+def _recurrent_calls(x: ragged.RaggedArray) -> list[Any]:
+    """``torch.gru`` / ``lstm`` / ``rnn_tanh`` / ``rnn_relu`` as their modules call them."""
+    h = torch.full((1, x.shape[0], 2), 0.5)
+    calls = []
+    for fn, gates in ((torch.gru, 3), (torch.lstm, 4), (torch.rnn_tanh, 1), (torch.rnn_relu, 1)):
+        w = [torch.full((2 * gates, 3), 0.1), torch.full((2 * gates, 2), -0.2)]
+        w += [torch.full((2 * gates,), 0.3), torch.zeros(2 * gates)]
+        state = (h, h * 2) if fn is torch.lstm else h
+        calls += fn(x, state, w, True, 1, 0.0, False, False, True)
+    return calls
 
 
 def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
@@ -725,7 +741,22 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
         torch.stack([x, y]),
         torch.stack([x, y], 1),
         F.scaled_dot_product_attention(x, y, y, is_causal=True),
+        F.multi_head_attention_forward(
+            *[x.transpose(0, 1)] * 3,
+            3,
+            1,
+            torch.ones(9, 3),
+            None,
+            None,
+            None,
+            False,
+            0.0,
+            torch.ones(3, 3),
+            None,
+            is_causal=True,
+        ),
         torch.addmm(torch.ones(2), x, torch.ones(3, 2), beta=0.5),
+        *_recurrent_calls(x),
         torch.transpose(x[..., None], 2, 3),
         torch.swapaxes(x[..., None], -1, -2),
         x[..., None].transpose(2, 3),
@@ -772,6 +803,23 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
         ],
         F.mse_loss(x, y, reduction="none"),
         *[getattr(x, name)() for name in _pointwise.DTYPES],
+        *_pair_calls(x, y),
+    ]
+
+
+def _pair_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
+    """The explicit rows of tests/test_manual_attention.py (pair maps from (B, L*, 3))."""
+    pairs = torch.bmm(x, y.transpose(1, 2))
+    return [
+        pairs,
+        x.bmm(y.transpose(1, 2)),
+        torch.bmm(pairs, y),
+        torch.baddbmm(pairs, x, y.transpose(1, 2), alpha=0.5),
+        pairs.baddbmm(x, x.transpose(1, 2)),
+        torch.tril(pairs),
+        pairs.triu(1) + torch.triu(pairs, -1),
+        torch.ones_like(pairs).tril() == 0,
+        torch.zeros_like(x),
     ]
 
 

@@ -5,7 +5,9 @@ Under ``torch.compile`` the attention of ``ragged.attention`` on a CPU tensor is
 Dynamo and Inductor see one op with static output shapes (``[Tq, H, Dv]`` and the
 log-sum-exp ``[Tq, H]``), so a compiled model still has one graph across batches with no
 unbacked sizes, while the op runs the eager length buckets on torch's flash kernels, which are
-faster than any composite Inductor generates here (``benchmarks/encoder.py``).
+faster than any composite Inductor generates here (``benchmarks/encoder.py``); where the native
+tiled kernel takes the call (``_native_attention.runs``: causal or not, grouped-query heads, no
+other variant) the op runs it instead, forward and backward.
 
 The op reads the segment lengths from memory when it runs, to plan its buckets: on CPU that is
 a memory read, not a device synchronisation. The plan is cached per lengths tensor (the
@@ -25,8 +27,10 @@ from torch import Tensor
 
 from . import _attention_buckets as buckets
 from . import _attention_plan as planner
+from . import _native_attention as native
 from ._attention_bucket import lse_dtype
 from ._attention_mods import Extras, Variant
+from ._native import plain
 
 # Plans by (id of q's lengths tensor, id of k's, head width): tensors compare elementwise, so they
 # cannot key a WeakKeyDictionary; the entry keeps weak references to check identity and is
@@ -72,8 +76,13 @@ def bucketed_attention(
     radius: int,
 ) -> tuple[Tensor, Tensor]:
     """Output ``[Tq, H, Dv]`` and log-sum-exp ``[Tq, H]`` of the bucketed kernel."""
-    p = _plan(q_lengths, k_lengths, q.shape[1] * q.shape[2])
     extras = Extras(table, slopes, documents, prefix)
+    variant = _variant(causal, left, right, radius)
+    if native.runs(q, k, v, bias, extras, variant):
+        qo = native.offsets_of(q_lengths)
+        ko = qo if k_lengths is q_lengths else native.offsets_of(k_lengths)
+        return native.forward(q, k, v, qo, ko, scale, causal)
+    p = _plan(q_lengths, k_lengths, q.shape[1] * q.shape[2])
     with torch.no_grad():
         return buckets.forward(
             q, k, v, bias, extras, p, scale, _variant(causal, left, right, radius)
@@ -125,9 +134,14 @@ def bucketed_attention_backward(
     need: list[bool],
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Gradients of q, k, v, the bias, the table and the slopes (empty when not needed)."""
-    p = _plan(q_lengths, k_lengths, q.shape[1] * q.shape[2])
     extras = Extras(table, slopes, documents, prefix)
     variant = _variant(causal, left, right, radius)
+    if native.runs(q, k, v, bias, extras, variant) and plain(grad):
+        qo = native.offsets_of(q_lengths)
+        ko = qo if k_lengths is q_lengths else native.offsets_of(k_lengths)
+        dq, dk, dv = native.backward(grad, q, k, v, out, lse, qo, ko, scale, causal)
+        return dq, dk, dv, q.new_empty(0), q.new_empty(0), q.new_empty(0)
+    p = _plan(q_lengths, k_lengths, q.shape[1] * q.shape[2])
     with torch.no_grad():
         grads = buckets.vjp(
             p, q, k, v, bias, extras, out, lse, grad, scale, variant, (True, True, True, *need)

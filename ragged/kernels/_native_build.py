@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["library"]
+__all__ = ["library", "load"]
 
 _SOURCE = Path(__file__).with_name("_native.c")
 _FLAGS = ("-O3", "-fno-trapping-math", "-std=c99", "-shared", "-fPIC")
@@ -84,16 +84,22 @@ def _cpu_key() -> str:
         return f"{platform.machine()} {platform.processor()}"
 
 
-def _build(compiler: str, target: Path, defines: Sequence[str] = ()) -> bool:
-    """Compile the source into ``target`` (atomically), with the macros ``defines`` (``"N=V"``,
-    for tools that build variants: the library builds with none); ``False`` if the compiler
-    fails."""
+def _build(
+    compiler: str,
+    target: Path,
+    defines: Sequence[str] = (),
+    source: Path = _SOURCE,
+    flags: Sequence[str] = (),
+) -> bool:
+    """Compile ``source`` into ``target`` (atomically), with the macros ``defines`` (``"N=V"``,
+    for tools that build variants: the library builds with none) and the extra ``flags``;
+    ``False`` if the compiler fails."""
     target.parent.mkdir(parents=True, exist_ok=True)
     macros = [f"-D{d}" for d in defines]
     for extra in (_NATIVE_FLAGS, ()):  # without -march=native where the compiler rejects it
         fd, tmp = tempfile.mkstemp(suffix=target.suffix, dir=target.parent)
         os.close(fd)
-        cmd = [compiler, *_FLAGS, *extra, *macros, str(_SOURCE), "-o", tmp, "-lm"]
+        cmd = [compiler, *_FLAGS, *flags, *extra, *macros, str(source), "-o", tmp, "-lm"]
         try:
             done = subprocess.run(cmd, capture_output=True, timeout=120, check=False)
             if done.returncode == 0:
@@ -107,33 +113,40 @@ def _build(compiler: str, target: Path, defines: Sequence[str] = ()) -> bool:
     return False
 
 
-def _load() -> Any:
+def load(source: Path, stem: str, flags: Sequence[str] = ()) -> Any:
+    """The C file ``source`` built (once per source, compiler, flags and CPU) into the cache as
+    ``{stem}_{key}.so`` and loaded with ctypes; ``None`` without a compiler, when the build
+    fails or with ``RAGGED_NATIVE=0``. The caller declares the functions' signatures."""
     if os.environ.get("RAGGED_NATIVE", "1") == "0":
         return None
     compiler = _compiler()
     if compiler is None:
         return None
-    source = _SOURCE.read_bytes()
     key = hashlib.sha256(
         b"\0".join(
             [
-                source,
+                source.read_bytes(),
                 compiler.encode(),
-                " ".join(_FLAGS + _NATIVE_FLAGS).encode(),
+                " ".join((*_FLAGS, *flags, *_NATIVE_FLAGS)).encode(),
                 _cpu_key().encode(),
                 platform.platform().encode(),
             ]
         )
     ).hexdigest()[:20]
     suffix = ".dll" if os.name == "nt" else ".so"
-    target = _cache_dir() / f"segment_{key}{suffix}"
+    target = _cache_dir() / f"{stem}_{key}{suffix}"
     try:
-        if not target.exists() and not _build(compiler, target):
+        if not target.exists() and not _build(compiler, target, source=source, flags=flags):
             return None
-        lib = ctypes.CDLL(str(target))
+        return ctypes.CDLL(str(target))
     except OSError:
         return None
-    _declare(lib)
+
+
+def _load() -> Any:
+    lib = load(_SOURCE, "segment")
+    if lib is not None:
+        _declare(lib)
     return lib
 
 

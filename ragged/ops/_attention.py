@@ -12,7 +12,10 @@ Three implementations with one semantics (the reference is
   static maximum lengths: no padding, no buckets, no host read. Taken when the dtype, head sizes
   and settings allow (no pair bias, maximum lengths known, no ``torch.func`` transform); see that
   module for the rules.
-* eager on CPU (the buckets module): segments grouped into length buckets,
+* eager on CPU, causal or not, with grouped-query heads and no other variant (the native
+  attention module): a tiled flash-attention loop in C over the packed rows, on torch's own
+  GEMM, split over threads. Under ``torch.compile`` the custom op below runs it too.
+* eager on CPU otherwise (the buckets module): segments grouped into length buckets,
   one call of torch's CPU flash-attention kernel per bucket. It reads the lengths on the host
   once per partition object (cached, weakly). Under ``torch.compile`` on CPU the same kernel runs
   as an opaque custom op: one graph across batches with static shapes; it
@@ -52,6 +55,7 @@ from .._registry import op
 from ..kernels import _attention_buckets as buckets
 from ..kernels import _attention_plan as planner
 from ..kernels import _attention_varlen as varlen
+from ..kernels import _native_attention as native_attention
 from ..kernels._attention_op import bucketed_attention as bucketed_attention_op
 from ..kernels._attention_tiles import (
     COMPILE_BLOCK,
@@ -178,9 +182,11 @@ def attention(
 
     Host reads: on CUDA none when the partitions' maximum lengths are known statically (they
     are whenever a partition came from host data): the fused variable-length kernels or the
-    tiled formulation run. On CPU in eager mode the segment lengths are read once per partition
-    object (cached). Under ``torch.compile`` the graph has none: on CPU the kernel is a custom op
-    that reads the lengths from memory when it runs. Off CPU, the one read left is
+    tiled formulation run. On CPU in eager mode, plain or causal attention with grouped-query
+    heads and no other variant runs a native tiled kernel that reads the offsets from memory
+    (no host read, no plan); with the other variants the segment lengths are read once per
+    partition object (cached). Under ``torch.compile`` the graph has none: on CPU the kernel is
+    a custom op that reads the lengths from memory when it runs. Off CPU, the one read left is
     cross-attention without a ``bias`` whose maximum lengths are both unknown.
 
     On CUDA the fused kernels have no double backward: ``create_graph=True`` through them
@@ -346,7 +352,19 @@ def _attend(
         variant, extras = variants.tabulate(attention, parsed, q, longest)
         geometry = _static_geometry(q, k, bias, same)
         return tiled_attention(*args, geometry, scale, causal, dropout_p, extras, variant)
-    plan = planner.plan(q_level, k_level, q.values.shape[1] * q.values.shape[2])
+    head_numel = q.values.shape[1] * q.values.shape[2]
+    if parsed.relative is None and native_attention.runs(
+        *args, parsed.extras, parsed.variant, dropout_p
+    ):
+        return native_attention.attention(
+            *args[:3],
+            q_level.offsets,
+            k_level.offsets,
+            scale,
+            causal,
+            lambda: planner.plan(q_level, k_level, head_numel),
+        )
+    plan = planner.plan(q_level, k_level, head_numel)
     variant, extras = variants.tabulate(attention, parsed, q, max(plan.host_q, default=0))
     if dropout_p > 0.0 or variant.score_mod is not None:
         geometry = _host_geometry(q_level, k_level, plan)

@@ -24,6 +24,7 @@ from .._versions import check_unchanged
 from ..kernels._segment import gather, segment_sum
 from ..kernels._segment_softmax import segment_softmax
 from ._grouping import group
+from ._pair_layouts import axis_on_storage
 
 
 def _check_float(func: Func, x: Any) -> None:
@@ -48,6 +49,8 @@ def _axis(func: Func, x: RaggedArray, axis: Any) -> int:
 
 
 def _softmax(func: Func, x: RaggedArray, axis: int | str, log: bool) -> RaggedArray:
+    if isinstance(x, RaggedArray) and x.order is not None:  # e.g. (B, H, L*, L*) scores
+        return axis_on_storage(func, x, axis, lambda s, a: _softmax(func, s, a, log))
     _check_float(func, x)
     dim = _axis(func, x, axis)
     if dim > x.ragged_ndim:

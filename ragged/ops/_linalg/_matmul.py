@@ -24,11 +24,15 @@ from ..._axes import CONTRACT, remove
 from ..._errors import Func, name_of, type_error, typename, value_error
 from ..._format import shape_text
 from ..._registry import op, refuse
+from ..._versions import check_unchanged
+from .._pair_layouts import ragged_product, rows_times
 from .._pairs import RaggedTranspose, pair_dot
 
 RAGGED_RIGHT = (
-    "both operands are RaggedArrays; for the per-segment pair map x @ y^T write "
-    "x @ y.mT (ragged.pair_dot), and for a contraction over each segment "
+    "both operands are RaggedArrays, in layouts that are not a pair-map product: the "
+    "per-segment pair map is (B, ..., N*, D) @ (B, ..., D, M*) (q @ k.transpose(-2, -1), "
+    "x @ y.mT: ragged.pair_dot) and a pair map applies as (B, ..., N*, M*) @ (B, ..., M*, D) "
+    "(att @ v: ragged.pair_matmul); for a contraction over each segment write "
     "ragged.einsum('bld,ble->bde', x, y)."
 )
 
@@ -43,6 +47,7 @@ RAGGED_RIGHT = (
     torch=(torch.matmul, torch.Tensor.matmul),
     methods=("matmul",),
     torch_args="input, other",
+    checks=True,
 )
 def matmul(a: Any, b: Any) -> RaggedArray:
     """Matrix product on the inner axes, ``torch.matmul(segment, b)`` for every segment.
@@ -64,6 +69,10 @@ def matmul(a: Any, b: Any) -> RaggedArray:
 
     ``x @ y.mT`` for two RaggedArrays is the per-segment pair map ``x_b @ y_b^T``
     ([`ragged.pair_dot`][ragged.pair_dot]): ``(B, N*, D)`` and ``(B, M*, D)`` give ``(B, N*, M*)``.
+    In any layout, ``(B, ..., N*, D) @ (B, ..., D, M*)`` (``q @ k.transpose(-2, -1)`` of
+    ``(B, H, L*, Dh)`` arrays) is that pair map, shown as ``(B, ..., N*, M*)``, and a pair map
+    applies as ``(B, ..., N*, M*) @ (B, ..., M*, D)`` ([`ragged.pair_matmul`][ragged.pair_matmul]):
+    attention written by hand, without padding.
 
     Axis names: kept (the last inner axis keeps its name); an axis contracted by a 1-D ``w``
     loses its name. Differentiable in both operands.
@@ -81,17 +90,31 @@ def matmul(a: Any, b: Any) -> RaggedArray:
     [[[1.0, 2.0, 3.0]], [[3.0, 4.0, 7.0], [5.0, 6.0, 11.0]]]
     >>> ragged.matmul(x, torch.tensor([1.0, -1.0])).to_list()
     [[-1.0], [-1.0, -1.0]]
+    >>> q = x.view(*x.shape[:2], 1, 2).transpose(1, 2)  # (B, H, L*, Dh), one head
+    >>> att = q @ q.transpose(-2, -1)  # (B, H, L*, L*): sum_b L_b^2 values per head
+    >>> att.shape, att.values.shape
+    (RaggedShape(2, 1, [1, 2], [[1], [2, 2]]), torch.Size([5, 1]))
+    >>> (att @ q).shape  # (B, H, L*, Dh), the layout of q
+    RaggedShape(2, 1, [1, 2], 2)
     """
     func = matmul
     if isinstance(b, RaggedTranspose) and isinstance(a, RaggedArray):
         return pair_dot(a, b.array)
     a_ragged, b_ragged = isinstance(a, RaggedArray), isinstance(b, RaggedArray)
     if a_ragged and b_ragged:
-        raise NotImplementedError(f"{name_of(func)}: {RAGGED_RIGHT}")
+        check_unchanged(func, a, b, ("a", "b"), any_layout=True)
+        product = ragged_product(a, b)
+        if product is None:
+            raise NotImplementedError(f"{name_of(func)}: {RAGGED_RIGHT}")
+        return product
     if a_ragged:
+        check_unchanged(func, a, None, ("a", "b"), any_layout=True)
         _check_dense(func, "b", b, a)
+        if a.order is not None:  # e.g. (B, H, L*, Dh) @ (Dh, E): the rows, in any layout
+            return rows_times(func, a, b, _matmul_right)
         return _matmul_right(func, a, b)
     if b_ragged:
+        check_unchanged(func, b, None, ("b", "a"))
         _check_dense(func, "a", a, b)
         return _matmul_left(func, a, b)
     raise TypeError(
@@ -240,7 +263,6 @@ def linear(x: RaggedArray, weight: Tensor, bias: Tensor | None = None) -> Ragged
 
 refuse(
     torch.mm,
-    torch.bmm,
     family="linalg",
     hint="ragged.matmul(x, w) or F.linear(x, weight) multiply the rows by a dense matrix",
     see=("ragged.matmul", "ragged.linear"),

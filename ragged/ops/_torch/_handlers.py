@@ -376,11 +376,3 @@ refuse(
     hint="ragged.unique_consecutive(x, axis) collapses runs within each segment",
     see=("ragged.unique_consecutive",),
 )
-refuse(
-    F.multi_head_attention_forward,
-    family="attention",
-    hint="nn.MultiheadAttention and nn.TransformerEncoderLayer do not take RaggedArrays: use "
-    "ragged.nn.RaggedMultiheadAttention and ragged.nn.RaggedTransformerEncoderLayer (the same "
-    "parameters and state dict) or ragged.attention",
-    see=("ragged.nn.RaggedMultiheadAttention", "ragged.attention"),
-)

@@ -24,7 +24,9 @@ from ..._versions import check_unchanged
 from .. import _pointwise as _pointwise
 from . import _handlers as _handlers
 from . import _immutable as _immutable
+from . import _mha as _mha
 from . import _model_calls as _model_calls
+from . import _pair_calls as _pair_calls
 from . import _recurrent as _recurrent
 from . import _tensor as _tensor
 from ._spelling import ERRORS, RENAMING, TORCH_RENAMES, display_name, rename_error, spelled
@@ -77,6 +79,9 @@ def _renaming(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
 
 _is_compiling = torch.compiler.is_compiling
 
+# Ops over the last axes of their first operand, which take the sequence-first view too.
+ROWWISE = frozenset({torch.nn.functional.linear, torch.nn.functional.layer_norm})
+
 
 def _operand_name(position: int) -> str:
     return ("input", "other")[position] if position < 2 else f"args[{position}]"
@@ -88,30 +93,37 @@ def guarded(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
     (``ragged._versions``; eager only). Handlers declared ``checks=True`` do this themselves."""
 
     layouts = getattr(handler, "takes_layouts", False)  # ragged._layout: any order
+    first = getattr(handler, "takes_sequence_first", False)  # and the (L*, B, ...) view
 
     def checked(*args: Any, **kwargs: Any) -> Any:
         if kwargs and kwargs.get("out") is not None:
             refuse_out(display_name(fn), kwargs["out"])
         if not _is_compiling():
             for k, value in enumerate(args):
-                check_arguments(fn, _operand_name(k), value, layouts)
+                check_arguments(fn, _operand_name(k), value, layouts, first)
             for key, value in kwargs.items():
-                check_arguments(fn, key, value, layouts)
+                check_arguments(fn, key, value, layouts, first)
         return handler(*args, **kwargs)
 
     return checked
 
 
-def check_arguments(fn: Any, name: str, value: Any, any_layout: bool = False) -> None:
+def check_arguments(
+    fn: Any, name: str, value: Any, any_layout: bool = False, sequence_first: bool = False
+) -> None:
     """Raise if ``value`` (a RaggedArray, or a list or tuple of them) was edited in place (or
-    is in a permuted layout, unless ``any_layout``)."""
-    if type(value) is RaggedArray:
-        check_unchanged(display_name(fn), value, names=(name, ""), any_layout=any_layout)
-    elif type(value) in (list, tuple):
-        for k, item in enumerate(value):
-            if type(item) is RaggedArray:
-                label = (f"{name}[{k}]", "")
-                check_unchanged(display_name(fn), item, names=label, any_layout=any_layout)
+    is in a permuted layout, unless ``any_layout``; sequence-first, unless ``sequence_first``)."""
+    items = [(name, value)] if type(value) is RaggedArray else []
+    if type(value) in (list, tuple):
+        items = [(f"{name}[{k}]", a) for k, a in enumerate(value) if type(a) is RaggedArray]
+    for label, item in items:
+        check_unchanged(
+            display_name(fn),
+            item,
+            names=(label, ""),
+            any_layout=any_layout,
+            sequence_first=sequence_first,
+        )
 
 
 def dispatch_table() -> dict[Any, Callable[..., Any]]:
@@ -120,6 +132,8 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
     for spec in _registry.ops():
         for fn in spec.torch:
             table[fn] = _lifted(spec, spelled(spec.obj, spec.torch_signature(fn), fn))
+            if fn in ROWWISE:  # the sequence-first view (L*, B, E) too: ragged._layout
+                table[fn] = _layout.rowwise(table[fn])
     for entry in _registry.torch_functions():
         for fn in entry.fns:
             if entry.handler is None:

@@ -31,6 +31,12 @@ def _any_layout(handler: Any) -> Any:
     return handler
 
 
+def _sequence_first(handler: Any) -> Any:
+    """Mark ``handler`` as taking the sequence-first view ``(L*, B, ...)`` too."""
+    handler.takes_layouts = handler.takes_sequence_first = True
+    return handler
+
+
 RESHAPES_RAGGED = (
     "is the batch or a ragged axis, which has per-segment sizes; reshape the rows with "
     "ragged.map(lambda v: ..., x)"
@@ -57,10 +63,12 @@ def _transpose_dims(x: RaggedArray, dim0: Any, dim1: Any) -> list[int]:
     family="indexing",
     meaning="swaps two axes other than the batch axis, without a copy: a ragged axis moves "
     "among the inner ones as metadata (`(B, L*, H, D).transpose(1, 2)` is `(B, H, L*, D)`); the "
-    "two ragged axes of a pair map: `ragged.transpose`",
+    "two ragged axes of a pair map: `ragged.transpose`; `x.transpose(0, 1)` of a one-level array "
+    "in the storage order: the sequence-first view `(L*, B, ...)` of `nn.MultiheadAttention`, "
+    "which transposes back the same way (docs/semantics.md)",
     see=("ragged.transpose",),
 )
-@_any_layout
+@_sequence_first
 def _transpose(input: RaggedArray, dim0: int, dim1: int) -> RaggedArray:
     dims = _transpose_dims(input, dim0, dim1)
     if (
@@ -78,9 +86,9 @@ def _transpose(input: RaggedArray, dim0: int, dim1: int) -> RaggedArray:
     methods=("permute",),
     family="indexing",
     meaning="reorders the axes after the batch axis without a copy (the ragged axes keep their "
-    "relative order)",
+    "relative order); `permute(1, 0, ...)`: the sequence-first view, as `transpose(0, 1)`",
 )
-@_any_layout
+@_sequence_first
 def _permute(input: RaggedArray, *dims: Any) -> RaggedArray:
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = tuple(dims[0])
@@ -94,7 +102,7 @@ def _permute(input: RaggedArray, *dims: Any) -> RaggedArray:
     family="indexing",
     meaning="moves axes after the batch axis without a copy, as `permute`",
 )
-@_any_layout
+@_sequence_first
 def _movedim(input: RaggedArray, source: Any, destination: Any) -> RaggedArray:
     n = input.ndim
     src = [source] if isinstance(source, int) else list(source)
@@ -334,7 +342,7 @@ def _size(self: RaggedArray, dim: int) -> int | RaggedSize: ...
     see=("RaggedArray.shape",),
     grad=False,
 )
-@_any_layout
+@_sequence_first
 def _size(self: RaggedArray, dim: int | None = None) -> Any:
     return self.shape if dim is None else self.shape[layout.logical_dim(None, dim, self.ndim)]
 
@@ -346,7 +354,7 @@ def _size(self: RaggedArray, dim: int | None = None) -> Any:
     see=("RaggedArray.ndim",),
     grad=False,
 )
-@_any_layout
+@_sequence_first
 def _dim(self: RaggedArray) -> int:
     return self.ndim
 
@@ -358,7 +366,7 @@ def _dim(self: RaggedArray) -> int:
     methods=("numel", "nelement"),
     grad=False,
 )
-@_any_layout
+@_sequence_first
 def _numel(input: RaggedArray) -> int:
     return input.values.numel()
 
@@ -370,7 +378,7 @@ def _numel(input: RaggedArray) -> int:
     methods=("is_floating_point",),
     grad=False,
 )
-@_any_layout
+@_sequence_first
 def _is_floating_point(input: RaggedArray) -> bool:
     return input.values.is_floating_point()
 
@@ -383,7 +391,7 @@ def _is_floating_point(input: RaggedArray) -> bool:
     grad=False,
     compile=False,
 )
-@_any_layout
+@_sequence_first
 def _requires_grad_(self: RaggedArray, requires_grad: bool = True) -> RaggedArray:
     self.values.requires_grad_(requires_grad)
     return self
