@@ -111,7 +111,57 @@ def modules() -> dict[str, Callable[[], nn.Module]]:
         )
         rows["HF GPT2MLP"] = lambda: modeling_gpt2.GPT2MLP(4 * C, gpt2)
         rows["HF GPT2Block"] = lambda: modeling_gpt2.GPT2Block(gpt2)
+        rows.update(whole_models())
     return rows
+
+
+class WithPositions(nn.Module):
+    """An HF module called with positions ``0..L-1`` in every sequence, written as tensor code
+    (``(B, L*)`` on a ragged batch, ``(1, L)`` on one sequence)."""
+
+    def __init__(self, call: Callable[..., Any], **modules: nn.Module) -> None:
+        super().__init__()
+        self.parts = nn.ModuleDict(modules)
+        self.call = call
+
+    def forward(self, x: Any) -> Any:
+        positions = x.new_ones(x.shape[:2], dtype=torch.long).cumsum(1) - 1
+        return self.call(self.parts, x, positions)
+
+
+def whole_models() -> dict[str, Callable[[], nn.Module]]:
+    """Llama's decoder layer (rotary, grouped-query SDPA) and whole models on ``inputs_embeds``
+    with what they document for packed inputs (``position_ids``; no attention mask)."""
+    import transformers
+    from transformers.models.bert import modeling_bert
+    from transformers.models.llama import modeling_llama
+
+    sizes = {"hidden_size": C, "intermediate_size": 16, "num_attention_heads": 2}
+    sizes |= {"num_hidden_layers": 2, "vocab_size": 32, "attn_implementation": "sdpa"}
+    llama = transformers.LlamaConfig(num_key_value_heads=1, **sizes)
+    bert = transformers.BertConfig(
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        **sizes,
+    )
+    return {
+        "HF LlamaDecoderLayer (with its rotary embedding)": lambda: WithPositions(
+            lambda m, x, p: m["layer"](x, position_embeddings=m["rotary"](x, p)),
+            layer=modeling_llama.LlamaDecoderLayer(llama, 0),
+            rotary=modeling_llama.LlamaRotaryEmbedding(llama),
+        ),
+        "HF LlamaModel(inputs_embeds, position_ids, use_cache=False)": lambda: WithPositions(
+            lambda m, x, p: (
+                m["model"](inputs_embeds=x, position_ids=p, use_cache=False).last_hidden_state
+            ),
+            model=modeling_llama.LlamaModel(llama),
+        ),
+        "HF BertModel(inputs_embeds, position_ids)": lambda: WithPositions(
+            lambda m, x, p: m["model"](inputs_embeds=x, position_ids=p).last_hidden_state,
+            model=modeling_bert.BertModel(bert),
+        ),
+    }
 
 
 def first(result: Any) -> Any:

@@ -20,6 +20,11 @@ from ._shape import RaggedShape
 from ._versions import Parameter
 
 _is_compiling = torch.compiler.is_compiling
+ITERATION_UNDER_COMPILE = (
+    "RaggedArray: iterating the segments under torch.compile would read every length (their "
+    "sizes are data: one graph per batch); x.unbind() reads them explicitly, ragged.vmap(fn)(x) "
+    "maps a function over the segments."
+)
 _inference_mode = torch.is_inference_mode_enabled
 
 if TYPE_CHECKING:
@@ -36,6 +41,12 @@ __all__ = ["RaggedArray"]
 # functions, for the lookup by identity that torch.compile needs for some of them.
 TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {}
 TORCH_PYTHON_FUNCTIONS: list[tuple[Any, Callable[..., Any]]] = []
+NOT_DENSE = (
+    "RaggedArray: a RaggedArray is no dense tensor, so torch.as_tensor, torch.tensor, "
+    "torch.asarray, torch.from_dlpack and numpy.asarray cannot convert it; use x.values (the "
+    "rows of every segment back to back) or x.to_padded() (a dense (B, L, ...) tensor, with "
+    "x.to_mask() for its real positions)."
+)
 _compiling = torch.compiler.is_compiling
 
 
@@ -400,7 +411,23 @@ class RaggedArray(Pickled, TensorMethods):
         return _convert.to_nested(self)
 
     def __iter__(self) -> Any:
+        if _compiling():
+            # The segments' sizes are data: iterating would read every length (one graph per
+            # batch). HF's ModelOutput calls iter() on its first field and takes a TypeError
+            # as "not a container of key/value pairs".
+            raise TypeError(ITERATION_UNDER_COMPILE)
         return iter(self.unbind())
+
+    # torch.as_tensor/tensor/asarray never dispatch to __torch_function__: they ask for DLPack
+    # (``__dlpack_device__`` first), numpy for ``__array__``. No dense array: all refuse.
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(NOT_DENSE)
+
+    def __dlpack_device__(self) -> Any:
+        raise TypeError(NOT_DENSE)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(NOT_DENSE)
 
     @classmethod
     def __torch_function__(
@@ -414,10 +441,11 @@ class RaggedArray(Pickled, TensorMethods):
         ``nn.Linear(8, 4)(x)``; one dict lookup, then the handler generated from the op registry
         (see ``docs/torch.md``, "torch functions on RaggedArrays").
         """
-        if isinstance(func, FunctionType) and _compiling():
+        if type(func) is FunctionType and _compiling():
             # Dynamo (torch 2.13) misses in a dict some Python functions it traces, such as the
-            # wrapper behind ``Tensor.__rdiv__`` that it calls for ``x / t``: compare by identity
-            # (tests/test_torch.py compiles ``x / t``: re-check this branch on a torch upgrade).
+            # wrapper behind ``Tensor.__rdiv__`` that it calls for ``x / t`` (and a guard on the
+            # miss fails at once): compare by identity (tests/test_torch.py compiles ``x / t``:
+            # re-check this branch on a torch upgrade).
             handler = next((h for f, h in TORCH_PYTHON_FUNCTIONS if f is func), None)
         else:
             handler = TORCH_FUNCTIONS.get(func)

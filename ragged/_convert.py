@@ -17,6 +17,7 @@ from torch import Tensor
 
 from ._errors import Func, type_error, value_error
 from ._registry import public
+from ._versions import check_unchanged
 
 if TYPE_CHECKING:
     from ._array import RaggedArray
@@ -94,6 +95,7 @@ def to_padded(x: RaggedArray, fill_value: float = 0, *, length: int | None = Non
             [0],
             [3]])
     """
+    check_unchanged(to_padded, x, any_layout=True)  # an edited partition: a wrong layout
     sizes = _lengths_arg(to_padded, x, length)
     index, valid = padded_index(x.partition, sizes)
     values = x.values
@@ -120,6 +122,7 @@ def to_mask(x: RaggedArray, *, length: int | None = None) -> Tensor:
             [False, False],
             [ True, False]])
     """
+    check_unchanged(to_mask, x, any_layout=True)
     sizes = _lengths_arg(to_mask, x, length)
     if len(sizes) == 1:
         positions = torch.arange(sizes[0], device=x.device)

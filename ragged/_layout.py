@@ -23,6 +23,7 @@ Tensor-style reshapes and the pointwise operators take them.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -127,7 +128,7 @@ def permute(func: Any, x: RaggedArray, dims: Sequence[Any]) -> RaggedArray:
     """
     n = x.ndim
     dims = [logical_dim(func, d, n, "dims") for d in dims]
-    if len(dims) != n or sorted(dims) != list(range(n)):
+    if len(dims) != n or set(dims) != set(range(n)):
         raise ValueError(
             f"{_prefix(func)}`dims` must be a permutation of the {n} axes, got {tuple(dims)}."
         )
@@ -137,7 +138,9 @@ def permute(func: Any, x: RaggedArray, dims: Sequence[Any]) -> RaggedArray:
     old = logical_order(x)
     new = [old[d - 1] for d in dims[1:]]
     ragged = [k for k in new if k <= nr]
-    if ragged != sorted(ragged):
+    # No sorted(): under dynamic=True the order ints of a compiled function's input are
+    # symbolic, and Dynamo cannot sort them (it compares them, guarding on their values).
+    if any(a > b for a, b in itertools.pairwise(ragged)):
         raise TypeError(
             f"{_prefix(func)}`dims` {tuple(dims)} reorders the ragged axes, which keep their "
             "order (each is ragged within the one before); ragged.transpose swaps the two "
@@ -145,7 +148,7 @@ def permute(func: Any, x: RaggedArray, dims: Sequence[Any]) -> RaggedArray:
         )
     inner = [k for k in new if k > nr]
     values = x.values
-    if inner != sorted(inner):
+    if any(a > b for a, b in itertools.pairwise(inner)):
         lead = values.dim() - (n - 1 - nr) - 1  # vmap's batch dims before the rows
         keep = list(range(lead + 1))
         values = values.permute(*keep, *(lead + k - nr for k in inner))

@@ -357,7 +357,6 @@ def op(
 
 # Argument kinds that can hold RaggedArrays (``arrays``: a sequence of them).
 _RAGGED_KINDS = frozenset({"ragged", "operand", "index", "arrays", "any"})
-_is_compiling = torch.compiler.is_compiling
 
 
 def _checked(fn: Callable[..., Any], declared: tuple[Arg, ...]) -> Callable[..., Any]:
@@ -373,26 +372,33 @@ def _checked(fn: Callable[..., Any], declared: tuple[Arg, ...]) -> Callable[...,
 
     @functools.wraps(fn)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        if not _is_compiling():
-            for position, name, star in targets:
-                if star:
-                    value: Any = args[position:]
-                elif position is not None and position < len(args):
-                    value = args[position]
-                else:
-                    value = kwargs.get(name)
-                _check_value(checked, name, value)
+        # While torch.compile traces, check_unchanged checks the layout only (static; the
+        # version counters are not): a permuted array is refused there too.
+        for position, name, star in targets:
+            if star:
+                value: Any = args[position:]
+            elif position is not None and position < len(args):
+                value = args[position]
+            else:
+                value = kwargs.get(name)
+            _check_value(checked, name, value)
         return fn(*args, **kwargs)
 
     return checked
 
 
+def _is_array(value: Any) -> bool:
+    """Whether ``value`` is a RaggedArray (the core cannot import the class); read from its type,
+    which torch.compile traces for any value (a slice of an index too)."""
+    return "_values_version" in getattr(type(value), "__dataclass_fields__", ())
+
+
 def _check_value(func: Any, name: str, value: Any) -> None:
-    if hasattr(value, "_values_version"):  # a RaggedArray (the core cannot import the class)
+    if _is_array(value):
         check_unchanged(func, value, names=(name, ""))
     elif isinstance(value, (list, tuple)):
         for k, item in enumerate(value):
-            if hasattr(item, "_values_version"):
+            if _is_array(item):
                 check_unchanged(func, item, names=(f"{name}[{k}]", ""))
 
 

@@ -25,10 +25,9 @@ class RaggedSize:
     Comparisons (``docs/semantics.md``, Layouts and shapes): a ragged size equals itself (the
     same axis of the same partition) and no int; against ints it compares as an unknown size
     of at least 2, as ``torch.nested``'s nested int: ``T > 1``, ``T >= 2`` and ``T != 1`` are
-    True, ``T < 2``, ``T <= 1`` and ``T == 1`` False; ``T > 2`` (undecidable without the
-    lengths) raises a TypeError, as do ``int(T)``, ``range(T)`` and indexing with it. Against
-    itself it is an equal size (``T > T`` False, ``T >= T`` True: HF's SDPA wrapper asks
-    ``kv_length > q_length``); against another ragged axis it raises a TypeError.
+    True, ``T < 2``, ``T <= 1`` and ``T == 1`` False; against itself as any size does (``T > T``
+    False, ``T >= T`` True); ``T > 2`` or another ragged size (undecidable without the
+    lengths) raises a TypeError, as do ``int(T)``, ``range(T)`` and indexing with it.
 
     >>> import ragged
     >>> x = ragged.array([[1.0, 2.0], [3.0]])
@@ -78,22 +77,14 @@ class RaggedSize:
     def __hash__(self) -> int:
         return hash((id(self._partition.levels[self._level]), self._level))
 
-    def _itself(self, other: Any, op: str) -> bool:
-        """Whether ``other`` is this very axis (``T > T`` is False, ``T >= T`` True); a ragged
-        size of another axis compares with nothing (that would read both lengths)."""
-        if not isinstance(other, RaggedSize):
-            return False
-        if other.same_axis(self._partition, self._level):
-            return True
-        raise TypeError(
-            f"RaggedSize: `{op}` between two different ragged axes depends on their lengths, "
-            "which a ragged size does not read; a ragged size compares with itself and with ints."
-        )
-
-    def _against(self, other: Any, op: str) -> int:
+    def _against(self, other: Any, op: str) -> int | None:
+        """``other`` as an int; None for this same ragged size (``T > T`` is False, as for
+        any size; HF's SDPA wrapper asks ``kv_length > q_length``)."""
+        if isinstance(other, RaggedSize) and other == self:
+            return None
         if isinstance(other, RaggedSize) or not isinstance(other, int):
             raise TypeError(
-                f"RaggedSize: `{op}` compares a ragged size with ints only, got "
+                f"RaggedSize: `{op}` compares a ragged size with ints and with itself only, got "
                 f"{type(other).__name__}."
             )
         return other
@@ -105,18 +96,14 @@ class RaggedSize:
         )
 
     def __gt__(self, other: Any) -> bool:
-        if self._itself(other, ">"):
-            return False
         n = self._against(other, ">")
-        if n <= 1:
-            return True
+        if n is None or n <= 1:
+            return n is not None
         raise self._undecided(">", n)
 
     def __ge__(self, other: Any) -> bool:
-        if self._itself(other, ">="):
-            return True
         n = self._against(other, ">=")
-        if n <= 2:
+        if n is None or n <= 2:
             return True
         raise self._undecided(">=", n)
 

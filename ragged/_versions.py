@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ._array import RaggedArray
     from ._partition import Partition
 
-__all__ = ["PermutedLayoutError", "check_unchanged", "refuse_permuted", "stamp"]
+__all__ = ["PermutedLayoutError", "check_unchanged", "is_edited", "refuse_permuted", "stamp"]
 
 _is_compiling = torch.compiler.is_compiling
 Parameter = torch.nn.Parameter  # a plain tensor for the version checks (other subclasses: tracing)
@@ -142,6 +142,24 @@ def check_unchanged(
             _edited(func, names[1], y, values=True)
         if y.partition is not partition and _moved(y.partition):
             _edited(func, names[1], y, values=False)
+
+
+def is_edited(x: RaggedArray) -> bool:
+    """Whether the values or an index tensor of ``x`` were edited in place since it was built:
+    the test of ``check_unchanged`` alone (no layout check, eager only), for the hottest paths,
+    which then call ``check_unchanged`` for the error."""
+    recorded = x._values_version
+    if recorded is not None and x.values._version != recorded:
+        return True
+    partition = x.partition
+    recorded = partition._stamp
+    if recorded is None:
+        return False
+    watch = partition._watch
+    if len(watch) == 3:  # one level: the common case, unrolled
+        a, b, c = watch
+        return bool(a._version + b._version + c._version != recorded)
+    return sum(map(_version, watch)) != recorded
 
 
 def _edited(func: Func, param: str, x: RaggedArray, values: bool) -> NoReturn:

@@ -80,6 +80,7 @@ PATTERNS: list[tuple[bool, Callable[[Any, Arrays], Any]]] = [
     (False, lambda f, a: f(a["x"], 2, (3, 1))),  # unflatten
     (False, lambda f, a: f(a["x"], 1, -1)),  # chunk
     (False, lambda f, a: f(a["x"], a["x"].shape, 0.5)),  # new_full
+    (False, lambda f, a: f(_dense(3, 4, 3), 1, a["i"])),  # gather of a dense buffer
     *[(False, lambda f, a, g=gates: _recurrent(f, a["x"], g)) for gates in (1, 3, 4)],
     (True, lambda f, a: _attend(f, a["x"], a["y"])),
     (False, lambda f, a: f(a["m"])),  # tril, triu of two inner axes

@@ -224,8 +224,8 @@ def test_every_in_place_tensor_method_is_refused_by_name():
         (lambda x: x.uniform_(), "RaggedArray.uniform_", "x.with_values(new_values)"),
         (lambda x: x.normal_(), "RaggedArray.normal_", "x.with_values(new_values)"),
         (lambda x: x.__setitem__(0, 1.0), "RaggedArray.__setitem__", "ragged.where(mask, value"),
-        (lambda x: torch.nn.init.zeros_(x), "RaggedArray.zero_", "x.with_values("),
-        (lambda x: torch.nn.init.ones_(x), "RaggedArray.fill_", "x.with_values("),
+        (lambda x: torch.nn.init.zeros_(x), "torch.nn.init.zeros_", "x.with_values(torch.nn."),
+        (lambda x: torch.nn.init.ones_(x), "torch.nn.init.ones_", "x.with_values(torch.nn.ini"),
     ],
 )
 def test_in_place_spellings_name_the_functional_one(call, label, spelling):

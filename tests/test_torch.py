@@ -631,6 +631,7 @@ EXPLICIT_FNS = [
     torch.rnn_relu,
     torch.diff,
     torch.addmm,
+    torch.gather,
     F.scaled_dot_product_attention,
     F.multi_head_attention_forward,  # tests/test_models_torchnn.py
     torch.transpose,
@@ -757,6 +758,7 @@ def _custom_calls(x: ragged.RaggedArray, y: ragged.RaggedArray) -> list[Any]:
         ),
         torch.addmm(torch.ones(2), x, torch.ones(3, 2), beta=0.5),
         *_recurrent_calls(x),
+        torch.gather(x.values.new_ones(x.shape[0], 5), 1, idx[..., 0]),
         torch.transpose(x[..., None], 2, 3),
         torch.swapaxes(x[..., None], -1, -2),
         x[..., None].transpose(2, 3),
@@ -1028,10 +1030,9 @@ def test_translated_spellings_compile_with_fullgraph() -> None:
         torch._dynamo.reset()
 
 
-@pytest.mark.xfail(strict=True, reason="Dynamo (torch 2.13) looks for RaggedArrays in lists only")
 def test_cat_of_a_tuple_under_compile() -> None:
-    """Documented in docs/torch.md: pass torch.cat a list under torch.compile. This fails (and
-    the xfail passes) until Dynamo also looks into tuples; then the note can go."""
+    """Dynamo (torch 2.13) looks for RaggedArrays in lists only; ragged.ops._torch._dynamo_tuples
+    makes it look into tuples too (docs/torch.md; tests/test_trust.py checks one graph)."""
     x = lengths_ragged([2, 0, 3])
     torch._dynamo.reset()
     try:

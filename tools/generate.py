@@ -537,9 +537,9 @@ The rules:
   (Dynamo swaps the operands of `@` for a non-tensor on the left).
 - Type checkers read torch's own stubs for `torch.*` functions, which say `Tensor`: use the
   methods (`x.sum(1)`, typed precisely) or the `ragged.*` functions in checked code.
-- Under `torch.compile` (torch 2.13): give `torch.cat` and `torch.stack` a *list*
-  (`torch.cat([x, y])`), as Dynamo looks for RaggedArrays in lists but not in tuples;
-  `F.hardsigmoid` and `F.hardswish` run eagerly only (Dynamo dispatches only the functions torch
+- Under `torch.compile` (torch 2.13): `torch.cat` and `torch.stack` take a list or a tuple
+  (Dynamo looked for RaggedArrays in lists only; `import ragged` teaches it tuples when it loads,
+  `ragged/ops/_torch/_dynamo_tuples.py`); `F.hardsigmoid` and `F.hardswish` run eagerly only (Dynamo dispatches only the functions torch
   lists as overridable); and, as for dense tensors, `dynamic=True` turns a float module attribute
   (`nn.LayerNorm`'s `eps`) into a graph input read back with `.item()`, which
   `torch._dynamo.config.specialize_float = True` avoids.

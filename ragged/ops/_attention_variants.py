@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -146,7 +147,11 @@ MODS = {
 def _arity(func: Func, name: str, fn: Callable[..., Any]) -> None:
     """``fn`` takes the arguments ``name`` is called with (when Python can tell)."""
     spelled, count = MODS[name]
-    if torch.compiler.is_compiling():  # Dynamo cannot bind a signature: checked eagerly only
+    if torch.compiler.is_compiling():  # Dynamo cannot bind a signature: read the code object
+        bad = _code_arity(fn, count)
+        if bad is not None:
+            expected = f"must take {count} arguments ({spelled})"
+            raise type_error(func, name, expected, f"signature {bad}")
         return
     try:
         signature = inspect.signature(fn)
@@ -160,12 +165,35 @@ def _arity(func: Func, name: str, fn: Callable[..., Any]) -> None:
         ) from None
 
 
-@functools.lru_cache(maxsize=64)
-def checked_mod(func: Func, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _code_arity(fn: Callable[..., Any], count: int) -> str | None:
+    """The signature of a plain Python function ``fn`` that cannot take ``count`` positional
+    arguments (read from its code object, which Dynamo traces), else ``None`` (also when
+    ``fn`` is no plain function: a builtin, a method, a ``functools.partial``)."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not isinstance(fn, types.FunctionType):
+        return None
+    positional = code.co_argcount
+    required = positional - len(fn.__defaults__ or ())
+    varargs = bool(code.co_flags & inspect.CO_VARARGS)
+    keywords = code.co_kwonlyargcount  # Dynamo reads __kwdefaults__ only eagerly (rare)
+    if keywords:
+        keywords -= len(fn.__kwdefaults__ or {})
+    if required <= count and (varargs or count <= positional) and keywords == 0:
+        return None
+    names = list(code.co_varnames[:positional])
+    kwonly = list(code.co_varnames[positional : positional + code.co_kwonlyargcount])
+    if varargs:
+        names.append("*" + code.co_varnames[positional + code.co_kwonlyargcount])
+    elif kwonly:
+        names.append("*")
+    return "(" + ", ".join(names + kwonly) + ")"
+
+
+def make_checked_mod(func: Func, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (a ``score_mod`` or ``mask_mod``) whose output is checked: a tensor of the
     score's shape and a floating dtype (``score_mod``), or a boolean or integer tensor that
-    broadcasts to the shape of its index arguments (``mask_mod``); never 0-d. One wrapper per
-    function, so that kernels and compiled code see the same object on every call."""
+    broadcasts to the shape of its index arguments (``mask_mod``); never 0-d. Dynamo traces
+    the checks (a new wrapper per traced call); eager calls use ``checked_mod``."""
 
     def checked(*args: Tensor) -> Tensor:
         out = fn(*args)
@@ -187,6 +215,10 @@ def checked_mod(func: Func, name: str, fn: Callable[..., Any]) -> Callable[..., 
         return out
 
     return checked
+
+
+# One wrapper per function in eager mode, so that kernels see the same object on every call.
+checked_mod = functools.lru_cache(maxsize=64)(make_checked_mod)
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -246,9 +278,10 @@ def parse(
             raise type_error(func, name, "must be a callable or None", typename(fn))
         if fn is not None:
             _arity(func, name, fn)
-    if not torch.compiler.is_compiling():  # eager checks (Dynamo traces the mods themselves)
-        score_mod = None if score_mod is None else checked_mod(func, "score_mod", score_mod)
-        mask_mod = None if mask_mod is None else checked_mod(func, "mask_mod", mask_mod)
+    # Dynamo cannot trace the lru_cache: a new wrapper per traced call, whose checks it traces.
+    wrap = make_checked_mod if torch.compiler.is_compiling() else checked_mod
+    score_mod = None if score_mod is None else wrap(func, "score_mod", score_mod)
+    mask_mod = None if mask_mod is None else wrap(func, "mask_mod", mask_mod)
     unfused = [
         name
         for name, value in (

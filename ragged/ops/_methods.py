@@ -17,7 +17,7 @@ from .. import _layout
 from .._array import RaggedArray
 from . import _elementwise as ew
 from . import _torch
-from ._indexing._getitem import getitem
+from ._indexing._trailing import getitem_any_layout
 from ._linalg._matmul import matmul
 from ._pairs import RaggedTranspose
 from ._torch import _flat_rows
@@ -96,7 +96,7 @@ def methods() -> dict[str, Any]:
     """Every method and property ``install`` adds, by attribute name: the operators, and the
     Tensor-style methods generated from the registry (``ragged.ops._torch.method_table``)."""
     table: dict[str, Any] = {
-        "__getitem__": getitem,
+        "__getitem__": getitem_any_layout,
         "mT": property(_transposed),
         "is_nested": property(_not_nested),
     }

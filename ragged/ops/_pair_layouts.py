@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .._array import RaggedArray
-from .._layout import build, logical_dim, logical_order
+from .._layout import build, is_sequence_first, logical_dim, logical_order
 from .._versions import refuse_permuted
 from ._pairs import pair_dot, pair_matmul
 
@@ -104,6 +104,8 @@ def axis_on_storage(
     """``fn(x, axis)`` for an op that keeps the shape, on a permuted ``x``: run on the storage
     order with ``axis`` (an int or a name, logical) moved along, and the logical order given
     back."""
+    if is_sequence_first(x):
+        raise refuse_permuted(func, "x", sequence_first=True)
     if isinstance(axis, str) and x.axes is not None and axis in x.axes:
         axis = x.axes.index(axis)  # names are in the logical order
     d = logical_dim(func, axis, x.ndim, "axis")

@@ -32,11 +32,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .. import _layout as layout
 from .._array import RaggedArray
 from .._broadcast import line_up
 from .._registry import refuse, torch_function
 from .._torch_args import refuse_out
-from .._versions import check_unchanged
+from .._versions import check_unchanged, is_edited
 from ._elementwise import binary, scalars_as_tensors
 
 __all__ = ["elementwise", "rows"]
@@ -176,6 +177,9 @@ _NO_GRAD = {
 _INPUT = ("input", "")
 # A result of one row per input row keeps the input's (valid) partition: no checks needed.
 _trusted = RaggedArray._trusted
+_new = object.__new__
+Tensor = torch.Tensor
+_is_compiling = torch.compiler.is_compiling
 
 
 def _result(out: torch.Tensor, like: RaggedArray) -> RaggedArray:
@@ -225,12 +229,34 @@ def elementwise(
     operands named ``keywords``); its other arguments go to ``fn`` unchanged."""
     if operands == 1:
 
-        def unary(x: Any, *args: Any, **kwargs: Any) -> RaggedArray:
-            if type(x) is RaggedArray and not keywords and not kwargs:
-                check_unchanged(name, x, names=_INPUT)
-                return _trusted(fn(x.values, *args), x.partition, x.axes)
-            return _pointwise_general(fn, name, 1, keywords, (x, *args), kwargs, True)
+        def general(*args: Any, **kwargs: Any) -> RaggedArray:
+            return _pointwise_general(fn, name, 1, keywords, args, kwargs, True)
 
+        other = layout.pointwise(general)  # permuted arrays run on their storage order
+
+        def unary(x: Any, *args: Any, **kwargs: Any) -> RaggedArray:
+            # The hot path (torch.exp(x) on tiny inputs): check_unchanged and _trusted fused.
+            if type(x) is RaggedArray and x.order is None and not kwargs and not keywords:
+                values = x.values
+                if _is_compiling():
+                    return _trusted(fn(values, *args), x.partition, x.axes)
+                if is_edited(x):
+                    check_unchanged(name, x, names=_INPUT)  # raises the error naming the edit
+                out = fn(values, *args)
+                result = _new(RaggedArray)
+                state = result.__dict__
+                state["values"] = out
+                state["partition"] = x.partition
+                state["axes"] = x.axes
+                state["order"] = None
+                try:
+                    state["_values_version"] = out._version if type(out) is Tensor else None
+                except RuntimeError:  # an inference tensor
+                    state["_values_version"] = None
+                return result
+            return other(x, *args, **kwargs)
+
+        unary.lifts_layouts = True  # type: ignore[attr-defined]  # ragged.ops._torch: no wrapper
         return unary
     pair = scalars_as_tensors(fn)
 

@@ -413,7 +413,6 @@ refuse(
     see=("ragged.filter",),
 )
 refuse(
-    torch.gather,
     torch.index_select,
     torch.take,
     torch.take_along_dim,

@@ -16,7 +16,9 @@ TypeError: RaggedArray.add_: RaggedArrays are immutable (no in-place edits); use
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import torch
@@ -25,7 +27,7 @@ import torch.nn.init as init
 from ..._array import RaggedArray
 from ..._registry import refuse, torch_function
 
-__all__ = ["IN_PLACE", "refusals"]
+__all__ = ["IN_PLACE", "refusals", "refuse_nn_init"]
 
 # Tensor methods that end in ``_`` but edit nothing of the data, or that RaggedArray defines.
 _NOT_EDITS = frozenset({"requires_grad_"})
@@ -81,11 +83,66 @@ def _spelling(name: str) -> str:
     return "x.with_values(new_values)"
 
 
+# --- torch.nn.init ---------------------------------------------------------------------------
+# Most ``torch.nn.init`` functions never dispatch to ``__torch_function__``: they read the shape
+# (``tensor.dim()``, ``tensor.ndimension()``, ``tensor.is_meta``) and then write in place. The
+# array's answers to those reads, and its in-place methods, look for a torch.nn.init function
+# on the call stack (a few frames up) and raise the immutability error in its name.
+
+_INIT_GLOBALS = vars(init)
+_STACK_DEPTH = 8  # dim -> handler wrappers -> _calculate_fan_in_and_fan_out -> xavier_uniform_
+
+
+def _nn_init_caller() -> str | None:
+    """The public ``torch.nn.init`` function on the call stack (the outermost), or ``None``."""
+    frame: FrameType | None = sys._getframe(2)
+    name = None
+    for _ in range(_STACK_DEPTH):
+        if frame is None:
+            break
+        if frame.f_globals is _INIT_GLOBALS:
+            code = frame.f_code.co_name
+            if not code.startswith("_") and code in _INIT_GLOBALS:
+                name = code
+        elif name is not None:
+            break
+        frame = frame.f_back
+    return name
+
+
+def _init_error(name: str) -> TypeError:
+    return immutable(
+        f"torch.nn.init.{name}", f"x.with_values(torch.nn.init.{name}(torch.empty_like(x.values)))"
+    )
+
+
+def refuse_nn_init() -> None:
+    """Raise the immutability ``TypeError`` when a ``torch.nn.init`` function (a few frames up
+    the stack) is reading a RaggedArray's shape before writing to it; no-op otherwise (and
+    while compiling: Dynamo cannot trace stack frames).
+
+    >>> import ragged, torch
+    >>> torch.nn.init.xavier_uniform_(ragged.array([[[1.0, 2.0]], [[3.0, 4.0]]]))
+    Traceback (most recent call last):
+    TypeError: torch.nn.init.xavier_uniform_: RaggedArrays are immutable (no in-place edits); use the functional spelling x.with_values(torch.nn.init.xavier_uniform_(torch.empty_like(x.values))), which returns a new array: e.g. x + 1 for x.add_(1), ragged.where(mask, new, x) for a masked write, or x.with_values(new_values) for new values (torch.nn.init functions edit in place too).
+    """
+    if not torch.compiler.is_compiling():
+        name = _nn_init_caller()
+        if name is not None:
+            raise _init_error(name)
+
+
+def _is_meta(self: Any) -> bool:
+    refuse_nn_init()  # trunc_normal_, orthogonal_, dirac_ and sparse_ ask before writing
+    return bool(self.values.is_meta)
+
+
 def _method(name: str) -> Callable[..., Any]:
     label, spelling = f"RaggedArray.{name}", _spelling(name)
 
     def refused(self: Any, *args: Any, **kwargs: Any) -> Any:
-        raise immutable(label, spelling)
+        caller = _nn_init_caller()  # ones_, zeros_: torch.nn.init writes without reading
+        raise immutable(label, spelling) if caller is None else _init_error(caller)
 
     refused.__name__ = refused.__qualname__ = name
     return refused
@@ -109,10 +166,11 @@ def _item(self: Any) -> Any:
     )
 
 
-def refusals() -> dict[str, Callable[..., Any]]:
-    """Attribute name -> method refusing it, installed on RaggedArray with the other methods."""
-    table = {name: _method(name) for name in IN_PLACE}
-    table.update(__setitem__=_setitem, tolist=_tolist, item=_item)
+def refusals() -> dict[str, Any]:
+    """Attribute name -> method refusing it (and the `is_meta` property), installed on
+    RaggedArray with the other methods."""
+    table: dict[str, Any] = {name: _method(name) for name in IN_PLACE}
+    table.update(__setitem__=_setitem, tolist=_tolist, item=_item, is_meta=property(_is_meta))
     return table
 
 

@@ -1,8 +1,9 @@
-"""torch calls that model code makes on RaggedArrays: ``torch.diff`` and ``torch.addmm``.
+"""torch calls that model code makes on RaggedArrays: ``diff``, ``addmm`` and ``gather``.
 
 ``torch.diff`` along the ragged axis differences the rows within each segment (HF models
 compute packed-sequence boundaries so from ``position_ids``); ``torch.addmm`` with RaggedArray
-rows as ``mat1`` is GPT-2's ``Conv1D`` (``bias + rows @ weight``).
+rows as ``mat1`` is GPT-2's ``Conv1D`` (``bias + rows @ weight``); ``torch.gather`` of a dense
+buffer with RaggedArray positions is BERT's ``token_type_ids`` lookup.
 """
 
 from __future__ import annotations
@@ -88,3 +89,61 @@ def _addmm(
             )
     values = torch.addmm(input, mat1.values, mat2, beta=beta, alpha=alpha)
     return mat1.with_values(values, axes=None)
+
+
+@torch_handler(
+    torch.gather,
+    family="indexing",
+    meaning="a dense `input` `(B, N, ...)` gathered along `dim` 1 with a RaggedArray `index` "
+    "`(B, L*, ...)`: `out[b][i] = input[b, index[b][i]]`, the partition of `index` (HF BERT "
+    "gathers its `token_type_ids` buffer so with ragged `position_ids`); negative indices count "
+    "from the end; a RaggedArray `input`: `ragged.take`",
+    see=("ragged.take",),
+)
+def _gather(input: Any, dim: Any, index: Any, *, sparse_grad: bool = False, out: Any = None) -> Any:
+    refuse_out(None, out)
+    if isinstance(input, RaggedArray) or not isinstance(input, Tensor):
+        raise TypeError(
+            "`input` must be a dense Tensor (B, N, ...) gathered with a RaggedArray `index`, got "
+            f"{type(input).__name__}; to take rows within each segment use ragged.take(x, "
+            "indices, axis)."
+        )
+    if not isinstance(index, RaggedArray) or index.ragged_ndim != 1 or index.order is not None:
+        raise TypeError(
+            "`index` must be a one-level RaggedArray (B, L*, ...) in storage order, got "
+            f"{type(index).__name__ if not isinstance(index, RaggedArray) else index.shape}."
+        )
+    if index.dtype != torch.int64:
+        raise TypeError(f"`index` must hold int64 positions, got {index.dtype}.")
+    n = input.dim()
+    if index.ndim != n or n < 2:
+        raise ValueError(
+            f"`index` must have as many axes as `input` (at least 2), got {index.ndim} and {n}."
+        )
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim % n != 1 or not -n <= dim < n:
+        raise ValueError(
+            f"`dim` must be 1, the ragged axis of `index` (within each segment of `index`, "
+            f"positions along `input`'s axis 1), got {dim!r}."
+        )
+    if sparse_grad:
+        raise ValueError("`sparse_grad` must be False (a dense gradient), got True.")
+    inner = index.values.shape[1:]
+    if not torch.compiler.is_compiling() and (
+        input.shape[0] != index.num_segments
+        or any(k > r for k, r in zip(inner, input.shape[2:], strict=True))
+    ):
+        raise ValueError(
+            f"`index` {tuple(index.shape)} must fit `input` {tuple(input.shape)}: the same batch "
+            "size and, after the gathered axis, no axis longer than `input`'s."
+        )
+    # out[r, k...] = input[segment of r, index[r, k...], k...]: advanced indexing, so positions
+    # past a segment's row raise as in torch (no flat index into another row).
+    m = len(inner)
+    rows = index.segment_ids.view(-1, *[1] * m)
+    trailing = [
+        torch.arange(k, device=input.device).view(k, *[1] * (m - 1 - j))
+        for j, k in enumerate(inner)
+    ]
+    key = (rows, index.values, *trailing)
+    values = input[key]
+    return index.with_values(values, axes=None)

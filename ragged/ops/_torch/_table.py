@@ -22,6 +22,7 @@ from ..._array import RaggedArray
 from ..._torch_args import refuse_out
 from ..._versions import check_unchanged
 from .. import _pointwise as _pointwise
+from . import _dynamo_tuples as dynamo_tuples
 from . import _handlers as _handlers
 from . import _immutable as _immutable
 from . import _mha as _mha
@@ -30,6 +31,7 @@ from . import _pair_calls as _pair_calls
 from . import _recurrent as _recurrent
 from . import _tensor as _tensor
 from ._spelling import ERRORS, RENAMING, TORCH_RENAMES, display_name, rename_error, spelled
+from ._trailing import TRAILING_AXIS_FUNCTIONS, on_trailing_axes
 
 
 def _unsupported(func: Any, args: Any, kwargs: Any) -> Any:
@@ -77,8 +79,6 @@ def _renaming(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
     return renaming
 
 
-_is_compiling = torch.compiler.is_compiling
-
 # Ops over the last axes of their first operand, which take the sequence-first view too.
 ROWWISE = frozenset({torch.nn.functional.linear, torch.nn.functional.layer_norm})
 
@@ -90,37 +90,40 @@ def _operand_name(position: int) -> str:
 def guarded(handler: Callable[..., Any], fn: Any) -> Callable[..., Any]:
     """``handler`` behind the checks of the torch door: ``out=`` is refused, and every
     RaggedArray argument (also in a list or tuple) must be unchanged since it was built
-    (``ragged._versions``; eager only). Handlers declared ``checks=True`` do this themselves."""
+    (``ragged._versions``; eager only) and in the storage order unless the handler takes any
+    layout. Handlers declared ``checks=True`` do this themselves."""
 
     layouts = getattr(handler, "takes_layouts", False)  # ragged._layout: any order
     first = getattr(handler, "takes_sequence_first", False)  # and the (L*, B, ...) view
+    label = display_name(fn)  # once, here: torch.compile does not trace the string work
 
     def checked(*args: Any, **kwargs: Any) -> Any:
         if kwargs and kwargs.get("out") is not None:
             refuse_out(display_name(fn), kwargs["out"])
-        if not _is_compiling():
-            for k, value in enumerate(args):
-                check_arguments(fn, _operand_name(k), value, layouts, first)
-            for key, value in kwargs.items():
-                check_arguments(fn, key, value, layouts, first)
+        # Also while torch.compile traces: check_unchanged then checks the (static) layout only.
+        for k, value in enumerate(args):
+            check_arguments(label, _operand_name(k), value, layouts, first)
+        for key, value in kwargs.items():
+            check_arguments(label, key, value, layouts, first)
         return handler(*args, **kwargs)
 
     return checked
 
 
 def check_arguments(
-    fn: Any, name: str, value: Any, any_layout: bool = False, sequence_first: bool = False
+    label: str, name: str, value: Any, any_layout: bool = False, sequence_first: bool = False
 ) -> None:
     """Raise if ``value`` (a RaggedArray, or a list or tuple of them) was edited in place (or
-    is in a permuted layout, unless ``any_layout``; sequence-first, unless ``sequence_first``)."""
+    is in a permuted layout, unless ``any_layout``; sequence-first, unless ``sequence_first``);
+    ``label``: torch's name of the call."""
     items = [(name, value)] if type(value) is RaggedArray else []
     if type(value) in (list, tuple):
         items = [(f"{name}[{k}]", a) for k, a in enumerate(value) if type(a) is RaggedArray]
-    for label, item in items:
+    for item_name, item in items:
         check_unchanged(
-            display_name(fn),
+            label,
             item,
-            names=(label, ""),
+            names=(item_name, ""),
             any_layout=any_layout,
             sequence_first=sequence_first,
         )
@@ -147,8 +150,13 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
 
 def _lifted(entry: Any, handler: Callable[..., Any]) -> Callable[..., Any]:
     """The elementwise handlers take permuted arrays too (``ragged._layout.pointwise``)."""
+    if getattr(handler, "lifts_layouts", False):  # lifts them itself (the unary fast path)
+        return handler
     casts = set(entry.methods) & set(_pointwise.DTYPES)
-    return _layout.pointwise(handler) if entry.family == "elementwise" or casts else handler
+    if entry.family == "elementwise" or casts:
+        return _layout.pointwise(handler)
+    axis = TRAILING_AXIS_FUNCTIONS.get(getattr(entry, "qualname", ""))  # torch.cat(..., -1)
+    return handler if axis is None else on_trailing_axes(handler, axis)
 
 
 def method_table() -> dict[str, Callable[..., Any]]:
@@ -183,3 +191,4 @@ def install(extra: dict[Any, Callable[..., Any]]) -> None:
     _array.TORCH_FUNCTIONS.update(table)
     python = [(f, h) for f, h in table.items() if isinstance(f, types.FunctionType)]
     _array.TORCH_PYTHON_FUNCTIONS[:] = python
+    dynamo_tuples.install()  # torch.cat((x, y)) under torch.compile: Dynamo opens tuples too

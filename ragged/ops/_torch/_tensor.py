@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, overload
 
 import torch
@@ -22,6 +24,7 @@ from ..._shape import RaggedShape, RaggedSize
 from ..._versions import check_unchanged
 from .._combining import split as ragged_split
 from .._pairs import transpose as pair_transpose
+from ._immutable import refuse_nn_init
 from ._spelling import torch_handler
 
 
@@ -344,7 +347,32 @@ def _size(self: RaggedArray, dim: int) -> int | RaggedSize: ...
 )
 @_sequence_first
 def _size(self: RaggedArray, dim: int | None = None) -> Any:
-    return self.shape if dim is None else self.shape[layout.logical_dim(None, dim, self.ndim)]
+    if dim is None:
+        return self.shape
+    size = self.shape[layout.logical_dim(None, dim, self.ndim)]
+    if type(size) is RaggedSize and not torch.compiler.is_compiling():
+        _refuse_sequence_first()
+    return size
+
+
+_RNN_GLOBALS = vars(torch.nn.modules.rnn)
+
+
+def _refuse_sequence_first() -> None:
+    """``nn.LSTM``/``nn.GRU``/``nn.RNN`` with ``batch_first=False`` read the batch size as
+    ``input.size(1)``, the ragged axis of a RaggedArray: name ``batch_first`` (torch would fail
+    later, building its initial state from a RaggedSize)."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return
+        if frame.f_globals is _RNN_GLOBALS:
+            raise ValueError(
+                f"nn.{type(frame.f_locals.get('self')).__name__}: `batch_first` must be True for "
+                "a RaggedArray (B, L*, C): the sequence-first layout puts the ragged axis before "
+                "the batch; got False."
+            )
+        frame = frame.f_back
 
 
 @torch_function(
@@ -356,6 +384,7 @@ def _size(self: RaggedArray, dim: int | None = None) -> Any:
 )
 @_sequence_first
 def _dim(self: RaggedArray) -> int:
+    refuse_nn_init()  # xavier_*, kaiming_normal_, orthogonal_, eye_ read it before writing
     return self.ndim
 
 
