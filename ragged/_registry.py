@@ -294,8 +294,13 @@ def _register(entry: Entry) -> None:
         raise ValueError(f"{entry.qualname} is declared twice")
     _ENTRIES[entry.qualname] = entry
     # The error context (ragged._errors.name_of); objects without a __dict__ keep their name.
-    with contextlib.suppress(AttributeError, TypeError):
-        entry.obj.__ragged_name__ = entry.qualname
+    # The functions a declaration wraps (the layout liftings, ragged._storage_order) too: the
+    # op's own code names itself through them.
+    target = entry.obj
+    while target is not None:
+        with contextlib.suppress(AttributeError, TypeError):
+            target.__ragged_name__ = entry.qualname
+        target = getattr(target, "__wrapped__", None)
 
 
 def op(
