@@ -92,6 +92,7 @@ def modules() -> dict[str, Callable[[], nn.Module]]:
     if importlib.util.find_spec("transformers") is not None:
         import transformers
         from transformers.models.bert import modeling_bert
+        from transformers.models.gpt2 import modeling_gpt2
         from transformers.models.llama import modeling_llama
 
         bert = transformers.BertConfig(hidden_size=C, intermediate_size=16, num_attention_heads=2)
@@ -99,6 +100,17 @@ def modules() -> dict[str, Callable[[], nn.Module]]:
         rows["HF BertIntermediate"] = lambda: modeling_bert.BertIntermediate(bert)
         rows["HF LlamaMLP"] = lambda: modeling_llama.LlamaMLP(llama)
         rows["HF LlamaRMSNorm"] = lambda: modeling_llama.LlamaRMSNorm(C)
+        gpt2 = transformers.GPT2Config(
+            n_embd=C,
+            n_head=2,
+            n_layer=1,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            attn_implementation="sdpa",
+        )
+        rows["HF GPT2MLP"] = lambda: modeling_gpt2.GPT2MLP(4 * C, gpt2)
+        rows["HF GPT2Block"] = lambda: modeling_gpt2.GPT2Block(gpt2)
         rows.update(whole_models())
     return rows
 

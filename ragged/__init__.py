@@ -30,6 +30,7 @@ from ._factories import from_segment_ids as from_segment_ids
 from ._factories_dense import array as array
 from ._factories_dense import from_nested as from_nested
 from ._factories_dense import from_padded as from_padded
+from ._flat import FlatArray as FlatArray
 from ._partition import Partition as Partition
 from ._partition import RowPartition as RowPartition
 from ._shape import RaggedShape as RaggedShape
@@ -57,6 +58,7 @@ _install_methods()
 __version__ = "0.1.0"
 
 __all__ = [
+    "FlatArray",
     "Partition",
     "RaggedArray",
     "RaggedShape",

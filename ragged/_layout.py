@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ._errors import name_of
+from ._flat import FlatArray
 from ._shape import RaggedSize
-from ._versions import PermutedLayoutError, refuse_permuted
+from ._storage_order import pointwise as pointwise
+from ._versions import refuse_permuted
 
 if TYPE_CHECKING:
     from ._array import RaggedArray
@@ -42,6 +44,7 @@ __all__ = [
     "is_sequence_first",
     "logical_dim",
     "logical_order",
+    "merge_rows",
     "permute",
     "pointwise",
     "refuse_permuted",
@@ -49,6 +52,7 @@ __all__ = [
     "rowwise",
     "storage_dim",
     "unbind_dim",
+    "view_or_rows",
 ]
 
 MOVES_BATCH = (
@@ -198,11 +202,21 @@ def _groups(func: Any, x: RaggedArray, shape: Sequence[Any]) -> list[list[Any]]:
     if seen != x.ragged_ndim:
         raise ValueError(
             f"{_prefix(func)}`shape` {tuple(shape)} must keep the {x.ragged_ndim} ragged "
-            "axis/axes of the array (its RaggedSize entries, from x.shape); merging the batch and "
-            "a ragged axis (view(-1, C)) is refused: use x.values, the [rows, C] tensor, and "
-            "x.with_values(...) to rebuild the array."
+            "axis/axes of the array (its RaggedSize entries, from x.shape), or merge the batch "
+            "and all of them into rows (view(-1, C): a FlatArray)."
         )
     return groups
+
+
+def view_or_rows(
+    func: Any, x: RaggedArray, shape: Sequence[Any], *, view: bool
+) -> RaggedArray | FlatArray:
+    """``x.view(shape)`` / ``x.reshape(shape)``: ``reshape``, or the rows (``merge_rows``) for a
+    shape without RaggedSize entries that starts with ``-1`` or the number of rows."""
+    shape = tuple(shape)
+    if shape and not any(isinstance(s, RaggedSize) for s in shape) and _rows_first(x, shape[0]):
+        return merge_rows(func, x, shape, view=view)  # view(-1, C): a FlatArray of the rows
+    return reshape(func, x, shape, view=view)
 
 
 def reshape(func: Any, x: RaggedArray, shape: Sequence[Any], *, view: bool) -> RaggedArray:
@@ -248,6 +262,48 @@ def reshape(func: Any, x: RaggedArray, shape: Sequence[Any], *, view: bool) -> R
     return build(x, values, names, order)
 
 
+def merge_rows(func: Any, x: RaggedArray, shape: Sequence[Any], *, view: bool) -> FlatArray:
+    """``x.view(-1, C)``: the batch and the ragged axes merged into the rows, a
+    [`FlatArray`][ragged.FlatArray] ``(N, *sizes)`` (``N`` the number of rows; the sizes after
+    it reshape the inner axes, whose number of entries they keep)."""
+    if x.order is not None:
+        raise TypeError(
+            f"{_prefix(func)}`shape` {tuple(shape)} merges the batch and ragged axes of a "
+            "permuted array (e.g. (B, H, L*, D)), whose rows are not its values' rows: move its "
+            "axes back first (x.transpose(1, 2)), then view(-1, C)."
+        )
+    values = x.values
+    inner = values.shape[values.dim() - (x.ndim - 1 - x.ragged_ndim) :]
+    lead = values.shape[: values.dim() - len(inner) - 1]  # vmap's batch dims before the rows
+    rows, *sizes = shape
+    total = math.prod(inner)
+    free = [k for k, s in enumerate(sizes) if isinstance(s, int) and s == -1]
+    if len(free) > 1 or (free and isinstance(rows, int) and rows == -1):
+        raise ValueError(f"{_prefix(func)}`shape` {tuple(shape)} has more than one -1.")
+    if free:
+        known = math.prod(s for k, s in enumerate(sizes) if k != free[0])
+        sizes[free[0]] = total // max(known, 1)
+    elif not torch.compiler.is_compiling() and math.prod(sizes) != total:
+        raise ValueError(
+            f"{_prefix(func)}`shape` {tuple(shape)} merges the batch and ragged axes into rows "
+            f"(-1 first) and must keep the {total} entries of each row (inner shape "
+            f"{tuple(inner)}); merging inner axes into the rows as well is not supported: "
+            "reshape x.values, the [rows, ...] tensor."
+        )
+    target = (*lead, values.shape[len(lead)], *sizes)
+    values = values.view(target) if view else values.reshape(target)
+    return FlatArray._trusted(values, x.partition)
+
+
+def _rows_first(x: RaggedArray, first: Any) -> bool:
+    """Whether a shape starting with ``first`` (and no RaggedSize) merges the batch and ragged
+    axes into rows: ``-1`` or the number of rows (any size under torch.compile, where the
+    other reading, a shape without the ragged axes, is refused anyway)."""
+    if isinstance(first, int) and first == -1:
+        return True
+    return torch.compiler.is_compiling() or first == x.partition.num_values
+
+
 def _split_like(x: RaggedArray, inner: Sequence[Any]) -> list[list[Any]]:
     """The inner sizes of ``x`` grouped between its ragged axes (in the logical order)."""
     groups: list[list[Any]] = [[]]
@@ -259,50 +315,6 @@ def _split_like(x: RaggedArray, inner: Sequence[Any]) -> list[list[Any]]:
             groups[-1].append(inner[position])
             position += 1
     return groups
-
-
-def pointwise(handler: Callable[..., Any]) -> Callable[..., Any]:
-    """``handler`` (an elementwise op) that also takes permuted arrays: when its RaggedArray
-    operands share one order, it runs on their storage order and its result gets that order
-    back. The plain path costs nothing more: the lifting starts from the op's own refusal."""
-
-    def lifted(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return handler(*args, **kwargs)
-        except PermutedLayoutError as error:
-            refusal = error
-        return _on_storage(handler, refusal, args, kwargs)
-
-    lifted.__wrapped__ = handler  # type: ignore[attr-defined]
-    return lifted
-
-
-def _on_storage(handler: Any, refusal: Exception, args: Any, kwargs: dict[str, Any]) -> Any:
-    arrays = [a for a in (*args, *kwargs.values()) if hasattr(a, "order")]
-    order, names = arrays[0].order, arrays[0].axes
-    if order is None:
-        order, names = next((a.order, a.axes) for a in arrays if a.order is not None)
-    # A dense operand lines up with the inner axes alike in the storage order only when the
-    # ragged axis is not among them: the sequence-first view (L*, B, *inner), inner axes last.
-    inner = len(order) - 1 if order[0] == 0 else 0
-    for value in (*args, *kwargs.values()):
-        dense = isinstance(value, torch.Tensor) and value.dim() > inner
-        if dense or (hasattr(value, "order") and value.order != order):
-            raise refusal  # operands in other layouts, or dense ones to line up: refused
-
-    def strip(value: Any) -> Any:
-        if hasattr(value, "order"):
-            return type(value)._trusted(value.values, value.partition, None)
-        return value
-
-    out = handler(*map(strip, args), **{k: strip(v) for k, v in kwargs.items()})
-
-    def restore(value: Any) -> Any:
-        if hasattr(value, "order") and value.ndim == len(order) + 1:
-            return type(value)._trusted(value.values, value.partition, names, order)
-        return value
-
-    return tuple(map(restore, out)) if isinstance(out, tuple) else restore(out)
 
 
 def rowwise(handler: Callable[..., Any]) -> Callable[..., Any]:

@@ -16,6 +16,7 @@ import torch.utils._pytree as torch_pytree
 
 from ._array import RaggedArray
 from ._axes import AxisNames
+from ._flat import FlatArray
 from ._partition import Partition
 
 Context = tuple[Partition, AxisNames | None, tuple[int, ...] | None]
@@ -54,8 +55,30 @@ def _optree_unflatten(context: Context, leaves: Any) -> RaggedArray:
     return _unflatten(leaves, context)
 
 
+def _flatten_flat(x: FlatArray) -> tuple[list[Any], Partition]:
+    return [x.values], x.partition
+
+
+def _flatten_flat_with_keys(x: FlatArray) -> tuple[list[tuple[Any, Any]], Partition]:
+    return [(torch_pytree.GetAttrKey("values"), x.values)], x.partition
+
+
+def _unflatten_flat(leaves: Any, partition: Partition) -> FlatArray:
+    (values,) = leaves
+    return FlatArray._trusted(values, partition)
+
+
+def _optree_flatten_flat(x: FlatArray) -> tuple[tuple[Any], Partition, tuple[str]]:
+    return (x.values,), x.partition, ("values",)
+
+
+def _optree_unflatten_flat(partition: Partition, leaves: Any) -> FlatArray:
+    return _unflatten_flat(leaves, partition)
+
+
 def register() -> None:
-    """Register RaggedArray with torch's pytree and optree's ``"ragged"`` namespace."""
+    """Register RaggedArray (and FlatArray, ``x.view(-1, C)``, whose context is its partition)
+    with torch's pytree and optree's ``"ragged"`` namespace."""
     torch_pytree.register_pytree_node(
         RaggedArray,
         _flatten,
@@ -67,5 +90,18 @@ def register() -> None:
         RaggedArray,  # type: ignore[arg-type]  # optree's stubs expect a Collection
         _optree_flatten,  # type: ignore[arg-type]
         _optree_unflatten,  # type: ignore[arg-type]
+        namespace="ragged",
+    )
+    torch_pytree.register_pytree_node(
+        FlatArray,
+        _flatten_flat,
+        _unflatten_flat,
+        serialized_type_name="ragged.FlatArray",
+        flatten_with_keys_fn=_flatten_flat_with_keys,
+    )
+    optree.register_pytree_node(
+        FlatArray,  # type: ignore[arg-type]
+        _optree_flatten_flat,  # type: ignore[arg-type]
+        _optree_unflatten_flat,  # type: ignore[arg-type]
         namespace="ragged",
     )

@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 import torch
 
 from ._axes import AxisRule
+from ._storage_order import lift_axes, pointwise
 from ._torch_args import TorchArgs, TorchParam
 from ._versions import check_unchanged
 
@@ -293,8 +294,13 @@ def _register(entry: Entry) -> None:
         raise ValueError(f"{entry.qualname} is declared twice")
     _ENTRIES[entry.qualname] = entry
     # The error context (ragged._errors.name_of); objects without a __dict__ keep their name.
-    with contextlib.suppress(AttributeError, TypeError):
-        entry.obj.__ragged_name__ = entry.qualname
+    # The functions a declaration wraps (the layout liftings, ragged._storage_order) too: the
+    # op's own code names itself through them.
+    target = entry.obj
+    while target is not None:
+        with contextlib.suppress(AttributeError, TypeError):
+            target.__ragged_name__ = entry.qualname
+        target = getattr(target, "__wrapped__", None)
 
 
 def op(
@@ -337,6 +343,8 @@ def op(
             raise ValueError(f"{public_name}: `torch` and `methods` need `torch_args`")
         declared = _parse_args(public_name, fn, args)  # type: ignore[arg-type]
         obj = fn if checks else _checked(fn, declared)  # type: ignore[arg-type]
+        # Permuted arrays (ragged._storage_order): run on the storage order, the layout put back.
+        obj = pointwise(obj) if family == "elementwise" else lift_axes(obj, declared)  # type: ignore[arg-type]
         fns = tuple(item[0] if isinstance(item, tuple) else item for item in torch)
         signatures = tuple(
             TorchArgs.parse(fn, item[1] if isinstance(item, tuple) else torch_args)  # type: ignore[arg-type]

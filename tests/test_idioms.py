@@ -43,9 +43,20 @@ def hf_heads(x: Any) -> Any:
 
 
 def gpt2_size_out(x: Any) -> Any:
-    """GPT-2's ``size()[:-1] + (nf,)`` (without its ``view(-1, C)``, refused: see below)."""
+    """GPT-2's ``size()[:-1] + (nf,)`` as a reshape of the inner axis."""
     size_out = x.size()[:-1] + (2, C // 2)  # noqa: RUF005  (the idiom under test)
     return x.reshape(size_out).flatten(-2)
+
+
+CONV_W = torch.randn(C, C, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+
+
+def gpt2_conv1d(x: Any) -> Any:
+    """GPT-2's ``Conv1D``: ``view(-1, C)`` (the rows), ``addmm``, ``view(size_out)`` back."""
+    size_out = x.size()[:-1] + (C,)  # noqa: RUF005  (GPT-2's spelling)
+    y = torch.addmm(CONV_W[0], x.view(-1, x.size(-1)), CONV_W)
+    y = torch.matmul(torch.tanh(y.view(size_out)).flatten(0, 1), CONV_W)  # flatten(0, 1) too
+    return y.view(size_out)
 
 
 def inner_family(x: Any) -> Any:
@@ -59,7 +70,7 @@ def inner_family(x: Any) -> Any:
     return z.swapaxes(1, 2).flatten(2)
 
 
-IDIOMS = [nanogpt_heads, hf_heads, gpt2_size_out, inner_family]
+IDIOMS = [nanogpt_heads, hf_heads, gpt2_size_out, gpt2_conv1d, inner_family]
 WIDTHS = {nanogpt_heads: 3 * C}
 
 
@@ -99,10 +110,12 @@ def test_two_level_heads() -> None:
         q.transpose(1, 3)
 
 
-def test_merging_batch_and_ragged_is_refused_with_the_alternative() -> None:
+def test_merging_batch_and_ragged_gives_the_rows() -> None:
     x = ragged.from_lengths(_values(LENGTHS, C, 2), LENGTHS)
-    with pytest.raises(ValueError, match=r"^RaggedArray\.view: .*use x\.values"):
-        x.view(-1, x.size(-1))
+    flat = x.view(-1, x.size(-1))
+    assert isinstance(flat, ragged.FlatArray) and flat.shape == (sum(LENGTHS), C)
+    with pytest.raises(ValueError, match=r"^FlatArray\.view: .*ragged size of another array"):
+        flat.view(ragged.from_lengths(_values(LENGTHS, C, 2), LENGTHS).shape)
     other = ragged.from_lengths(_values(LENGTHS, C, 2), LENGTHS)
     with pytest.raises(ValueError, match="ragged size of another array"):
         x.view(other.shape)
@@ -127,6 +140,7 @@ def test_attention_idiom_chain_compiles_to_one_graph() -> None:
         for seed, lengths in enumerate([[5, 1, 9, 3], [2], [4, 4, 1, 7, 2, 6]])
     ]
     check_one_graph(hf_heads, batches, backend="aot_eager")
+    check_one_graph(gpt2_conv1d, [(b.double(),) for (b,) in batches], backend="aot_eager")
 
 
 def test_idioms_under_torch_func() -> None:

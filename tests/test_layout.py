@@ -73,16 +73,19 @@ def test_head_first_layout_is_metadata() -> None:
 
 
 def test_permuted_arrays_refuse_storage_order_ops() -> None:
+    """Ops with axis arguments and elementwise ops take permuted arrays
+    (tests/test_optable_layouts.py); the others refuse them."""
     q = make(2, 3).transpose(1, 2)
-    with pytest.raises(TypeError, match=r"^RaggedArray\.sum: `input` has its ragged axis moved"):
-        q.sum(-1)
-    with pytest.raises(TypeError, match=r"^ragged\.cumsum: `x` has its ragged axis moved"):
-        ragged.cumsum(q, -1)
-    # softmax maps the logical axis to the storage one (tests/test_manual_attention.py)
+    with pytest.raises(TypeError, match=r"^ragged\.attention: `q` has its ragged axis moved"):
+        ragged.attention(q, q, q)
+    with pytest.raises(TypeError, match=r"^ragged\.pair_dot: `x` has its ragged axis moved"):
+        ragged.pair_dot(q, q)
+    # the ragged axis and an inner one at once: a dense (B, D) result, inner axes in order
+    torch.testing.assert_close(ragged.sum(q, axis=(1, 2)), ragged.sum(q.transpose(1, 2), (1, 2)))
+    # softmax and cumsum map the logical axis to the storage one
     for logical, storage in ((2, 1), (-1, 3), (1, 2)):
-        ragged.testing.assert_close(
-            ragged.softmax(q, logical).transpose(1, 2), ragged.softmax(make(2, 3), storage)
-        )
+        for op in (ragged.softmax, ragged.cumsum):
+            ragged.testing.assert_close(op(q, logical).transpose(1, 2), op(make(2, 3), storage))
     with pytest.raises(TypeError, match=r"^RaggedArray\.transpose: `dims` \(1, 0, 2, 3\) moves"):
         q.transpose(0, 1)  # the sequence-first view is of arrays in the storage order only
 
@@ -177,6 +180,178 @@ def test_permuted_arrays_pickle_with_their_layout() -> None:
     fields = {"values": q.values, "partition": q.partition, "axes": None, "order": (1, 2, 3, 4)}
     with pytest.raises(ValueError, match="`order` must be a layout"):
         ragged._serialization.import_ragged_before_torch_load("RaggedArray", fields)
+
+
+# --- the flat view: view(-1, C) merges the batch and ragged axes into rows (a FlatArray) -------
+
+
+@pytest.mark.parametrize(
+    "merge",
+    [
+        lambda x: x.view(-1, x.size(-1)),
+        lambda x: x.reshape(-1, 4),
+        lambda x: x.flatten(0, 1),
+        lambda x: x.view(x.values.shape[0], -1),
+        lambda x: torch.reshape(x, (-1, 2, 2)).reshape(-1, 4),
+    ],
+)
+def test_view_minus_one_gives_the_rows_and_views_back(merge: Any) -> None:
+    x = make(4)
+    flat = merge(x)
+    assert isinstance(flat, ragged.FlatArray) and flat.partition is x.partition
+    assert flat.shape == (9, 4) and flat.size(0) == 9 and flat.dim() == 2 and len(flat) == 9
+    assert flat.values.data_ptr() == x.values.data_ptr()  # no copy
+    size_out = x.size()[:-1] + (3,)  # noqa: RUF005  (GPT-2's spelling)
+    w, b = torch.randn(4, 3, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    for out in (
+        torch.addmm(b, flat, w).view(size_out),
+        (flat @ w + b).reshape(size_out),
+        torch.nn.functional.linear(flat, w.T, b).view(size_out),
+    ):
+        assert isinstance(out, ragged.RaggedArray) and out.partition is x.partition
+        per_segment(out, x, lambda s: torch.addmm(b, s, w))
+
+
+def test_flat_rows_take_pointwise_and_row_wise_ops() -> None:
+    x = make(4, seed=1)
+    flat = x.view(-1, 4)
+    dense = torch.randn(4, dtype=torch.float64)
+    cases = [
+        (torch.tanh(flat) * 2 - dense, lambda s: torch.tanh(s) * 2 - dense),
+        (1 / (flat.abs() + 1), lambda s: 1 / (s.abs() + 1)),
+        (torch.nn.functional.gelu(flat) + flat, lambda s: torch.nn.functional.gelu(s) + s),
+        (torch.softmax(flat, -1), lambda s: torch.softmax(s, -1)),
+        (
+            torch.nn.functional.layer_norm(flat, (4,)),
+            lambda s: torch.nn.functional.layer_norm(s, (4,)),
+        ),
+        (dense + flat, lambda s: dense + s),
+    ]
+    for got, fn in cases:
+        assert isinstance(got, ragged.FlatArray) and got.partition is x.partition
+        per_segment(got.view(x.shape), x, fn)
+    # the inner axes reshape among themselves; the rows stay
+    assert flat.view(-1, 2, 2).view(x.shape).values.data_ptr() == x.values.data_ptr()
+    assert flat.to_ragged().partition is x.partition
+
+
+def test_flat_rows_gradients() -> None:
+    x = make(4, seed=2)
+    w = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    values = x.values.clone().requires_grad_()
+
+    def conv1d(values: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = x.with_values(values)
+        out = torch.addmm(w[0], y.view(-1, y.size(-1)), w).view(y.size()[:-1] + (3,))  # noqa: RUF005
+        return (torch.tanh(out).values ** 2).sum()
+
+    torch.autograd.gradcheck(conv1d, (values, w))
+
+
+def test_flat_rows_refuse_what_mixes_rows() -> None:
+    x = make(4)
+    flat = x.view(-1, 4)
+    with pytest.raises(
+        TypeError, match=r"^torch\.sum is not supported on a FlatArray: .*flat\.values"
+    ):
+        torch.sum(flat)
+    with pytest.raises(TypeError, match="must be the left operand"):
+        torch.randn(2, 9, dtype=torch.float64) @ flat
+    with pytest.raises(TypeError, match="dense 1-D or 2-D tensor"):
+        flat @ flat
+    with pytest.raises(TypeError, match="`dim` 0 is the rows"):
+        torch.softmax(flat, 0)
+    with pytest.raises(ValueError, match="rows of different arrays"):
+        flat + make(4, lengths=[4, 2, 1, 2]).view(-1, 4)  # nine rows too
+    with pytest.raises(ValueError, match="more axes than the FlatArray"):
+        flat + torch.zeros(2, 1, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"^FlatArray\.view: `shape` \(4, -1\) must start with -1"):
+        flat.view(4, -1)
+    with pytest.raises(ValueError, match="must keep the 4 entries of each row"):
+        x.view(-1, 2)  # merging an inner axis into the rows as well
+    with pytest.raises(TypeError, match="merges the batch and ragged axes of a permuted array"):
+        make(2, 3).transpose(1, 2).view(-1, 3)
+    with pytest.raises(ValueError, match="must keep the 1 ragged"):
+        x.view(4, -1)  # the batch size first: a shape without the ragged axis
+
+
+def test_flat_rows_of_two_level_arrays() -> None:
+    x = ragged.from_nested_lengths(torch.randn(6, 2, dtype=torch.float64), [[2, 1], [3, 0, 3]])
+    flat = x.view(-1, 2)
+    assert flat.shape == (6, 2)
+    out = (flat * 3).view(x.shape)
+    assert out.partition is x.partition
+    torch.testing.assert_close(out.values, x.values * 3)
+    torch.testing.assert_close(x.flatten(0, 2).values, x.values)
+    with pytest.raises(TypeError, match="is the batch or a ragged axis"):
+        x.flatten(0, 1)  # a partial merge: not the rows
+
+
+def test_flat_rows_compile_to_one_graph() -> None:
+    """GPT-2's Conv1D (view(-1, C) -> addmm -> view(size_out)): one graph across batches."""
+    w = torch.randn(4, 3)
+
+    def conv1d(x: ragged.RaggedArray) -> ragged.RaggedArray:
+        size_out = x.size()[:-1] + (3,)  # noqa: RUF005
+        return torch.addmm(w[0], x.view(-1, x.size(-1)), w).view(size_out)
+
+    batches = [
+        (make(4, lengths=n, seed=i).float(),) for i, n in enumerate([[3, 1], [2, 5, 4], [6]])
+    ]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(conv1d, batches, backend="aot_eager", max_graphs=1)
+    assert report.graphs == 1
+
+
+def test_mT_swaps_two_inner_axes_as_metadata() -> None:
+    """``x.mT`` of ``(B, L*, H, D)`` (and of a permuted ``(B, H, L*, D, E)``) is the view with
+    its last two axes swapped; with the ragged axis among the last two it stays the pair-map
+    operand of ``x @ y.mT``."""
+    x = make(2, 3)
+    t = x.mT
+    assert isinstance(t, ragged.RaggedArray) and t.partition is x.partition
+    assert t.values.data_ptr() == x.values.data_ptr()  # no copy
+    per_segment(t, x, lambda s: s.mT)
+    per_segment(x.transpose(-2, -1), x, lambda s: s.transpose(-2, -1))
+    y = make(2, 3, 4).transpose(1, 2)  # (B, 2, L*, 3, 4)
+    per_segment(y.mT, y, lambda s: s.mT)
+    assert y.mT.mT.order == y.order and y.mT.values.data_ptr() == y.values.data_ptr()
+    for pair in (make(3), make(2, 3).transpose(1, 2)):  # (B, L*, C), (B, H, L*, D)
+        assert not isinstance(pair.mT, ragged.RaggedArray)
+
+
+def test_flat_rows_and_permuted_axis_ops_read_no_device_memory() -> None:
+    """On the meta device (no data: any host read fails): GPT-2's Conv1D chain, and ops with
+    axis arguments and elementwise ops on the head-first layout, forward and backward."""
+    x = make(4).to("meta").requires_grad_()
+    w = torch.randn(4, 3, device="meta", dtype=torch.float64)
+    y = torch.addmm(w[0], x.view(-1, x.size(-1)), w).view(x.size()[:-1] + (3,))  # noqa: RUF005
+    assert y.partition is x.partition and y.values.device.type == "meta"
+    y.values.sum().backward()
+    p = make(2, 4).to("meta").transpose(1, 2)
+    out = ragged.softmax(p, axis=-1) + ragged.add(p, 1.0)
+    assert out.order == p.order and ragged.sum(p, axis=2).shape == (4, 2, 4)
+
+
+def test_flat_rows_under_torch_func() -> None:
+    """vmap over an ensemble of weights returns a FlatArray (the pytree: values stacked first),
+    and grad through view(-1, C) -> addmm -> view(size_out) agrees with autograd."""
+    x = make(4, seed=3)
+    ws = torch.randn(3, 4, 2, dtype=torch.float64)
+
+    def rows(w: torch.Tensor) -> ragged.FlatArray:
+        return torch.addmm(w[0], x.view(-1, 4), w)
+
+    out = torch.func.vmap(rows)(ws)
+    assert isinstance(out, ragged.FlatArray) and out.partition is x.partition
+    torch.testing.assert_close(out.values, torch.stack([rows(w).values for w in ws]))
+
+    def loss(w: torch.Tensor) -> torch.Tensor:
+        return (rows(w).view(x.size()[:-1] + (2,)).values ** 2).sum()  # noqa: RUF005
+
+    w = ws[0].clone().requires_grad_()
+    (want,) = torch.autograd.grad(loss(w), w)
+    torch.testing.assert_close(torch.func.grad(loss)(ws[0]), want)
 
 
 def test_a_permuted_input_compiles() -> None:

@@ -393,7 +393,7 @@ def test_op_on_the_sequence_first_view_answers_or_refuses(info: Any) -> None:
     samples = info.samples([2, 0, 3], torch.Generator().manual_seed(0), torch.float64, "contiguous")
     tried = 0
     for sample in samples:
-        args, moved = _sequence_first(sample.args)
+        args, moved = _sequence_first(sample.call_args())
         if not moved:
             continue
         tried += 1
@@ -403,7 +403,7 @@ def test_op_on_the_sequence_first_view_answers_or_refuses(info: Any) -> None:
             if "is a sequence-first view" in str(error):
                 continue
             raise
-        want = info.op(*sample.args, **sample.kwargs)
+        want = info.op(*sample.call_args(), **sample.kwargs)
         for g, w in zip(outputs(_back(got)), outputs(want), strict=True):
             if isinstance(w, ragged.RaggedArray):
                 ragged.testing.assert_close(g, w, equal_nan=True)

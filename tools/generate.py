@@ -527,6 +527,14 @@ The rules:
   row and column within it; `torch.allclose` and `torch.equal` compare partitions by value.
 - A dense tensor on the left of an operator (`t + x`, `t * x`, `t @ x`, `t < x`) works as on the
   right, through `Tensor.__add__` and friends.
+- **`x.view(-1, C)`** (`reshape(-1, C)`, `flatten(0, 1)`) merges the batch and ragged axes
+  into rows: a [`FlatArray`](reference/arrays.md#ragged.FlatArray) `(N, C)` that keeps the
+  partition, so `view(x.size()[:-1] + (n,))` turns it back (GPT-2's `Conv1D`). It takes
+  `torch.addmm`, `torch.matmul` / `torch.mm` / `@` with a dense right operand, `F.linear`,
+  `F.layer_norm`, `softmax` over an inner axis, the pointwise functions of this page and the
+  operators; anything else (a reduction over the rows, `w @ flat`) is a TypeError naming
+  `flat.values`. Under `torch.compile` write `torch.matmul(flat, w)` rather than `flat @ w`
+  (Dynamo swaps the operands of `@` for a non-tensor on the left).
 - Type checkers read torch's own stubs for `torch.*` functions, which say `Tensor`: use the
   methods (`x.sum(1)`, typed precisely) or the `ragged.*` functions in checked code.
 - Under `torch.compile` (torch 2.13): `torch.cat` and `torch.stack` take a list or a tuple

@@ -20,6 +20,7 @@ from . import _torch
 from ._indexing._trailing import getitem_any_layout
 from ._linalg._matmul import matmul
 from ._pairs import RaggedTranspose
+from ._torch import _flat_rows
 
 
 def _reflected(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
@@ -40,14 +41,23 @@ def _not_nested(self: RaggedArray) -> bool:
     return False
 
 
-def _transposed(self: RaggedArray) -> RaggedTranspose:
-    """``x.mT``: only for ``x @ y.mT``, the per-segment pair map ``x_b @ y_b^T``.
+def _transposed(self: RaggedArray) -> RaggedTranspose | RaggedArray:
+    """``x.mT``: the last two axes swapped. Where both are inner axes (``(B, L*, H, D)``), the
+    array ``(B, L*, D, H)``, a view of the values (as ``x.transpose(-2, -1)``); where one is
+    ragged (``(B, L*, D)``), only for ``x @ y.mT``, the per-segment pair map ``x_b @ y_b^T``.
 
-    >>> import ragged
+    >>> import ragged, torch
     >>> x = ragged.array([[[1.0, 2.0]], [[0.0, 1.0], [1.0, 0.0]]])
     >>> (x @ x.mT).shape
     RaggedShape(2, [1, 2], [[1], [2, 2]])
+    >>> h = ragged.from_lengths(torch.zeros(3, 2, 4), [1, 2])
+    >>> h.mT.shape, h.mT.values.data_ptr() == h.values.data_ptr()
+    (RaggedShape(2, [1, 2], 4, 2), True)
     """
+    ragged_axes = self.ragged_ndim
+    if all(k > ragged_axes for k in _layout.logical_order(self)[-2:]) and self.ndim >= 4:
+        n = self.ndim
+        return _layout.permute("RaggedArray.mT", self, [*range(n - 2), n - 1, n - 2])
     return RaggedTranspose(self)
 
 
@@ -125,3 +135,4 @@ def install() -> None:
         if name not in RaggedArray.__dict__:
             setattr(RaggedArray, name, value)
     _torch.install(tensor_operators())
+    _flat_rows.install()  # x.view(-1, C): the FlatArray's methods and torch functions

@@ -130,25 +130,28 @@ def _shape_arg(shape: tuple[Any, ...]) -> tuple[Any, ...]:
 @torch_handler(
     family="indexing",
     meaning="a new shape for the inner axes between and around the ragged axes, which stay as "
-    "their own sizes (`x.view(B, T, h, d)` with `B, T, C = x.shape`); values viewed, no copy",
+    "their own sizes (`x.view(B, T, h, d)` with `B, T, C = x.shape`); values viewed, no copy. "
+    "`x.view(-1, C)` merges the batch and ragged axes: the rows, a `ragged.FlatArray` that "
+    "`view(x.size()[:-1] + (n,))` turns back (GPT-2's `Conv1D`)",
     methods=("view",),
 )
 @_any_layout
-def _view(self: RaggedArray, *shape: Any) -> RaggedArray:
+def _view(self: RaggedArray, *shape: Any) -> Any:
     if len(shape) == 1 and isinstance(shape[0], torch.dtype):
         return self.with_values(self.values.view(shape[0]))
-    return layout.reshape(None, self, _shape_arg(shape), view=True)
+    return layout.view_or_rows(None, self, _shape_arg(shape), view=True)
 
 
 @torch_handler(
     torch.reshape,
     methods=("reshape",),
     family="indexing",
-    meaning="as `view`, copying the values when they cannot be viewed",
+    meaning="as `view` (`reshape(-1, C)`: the rows, a `ragged.FlatArray`), copying the values "
+    "when they cannot be viewed",
 )
 @_any_layout
-def _reshape(input: RaggedArray, *shape: Any) -> RaggedArray:
-    return layout.reshape(None, input, _shape_arg(shape), view=False)
+def _reshape(input: RaggedArray, *shape: Any) -> Any:
+    return layout.view_or_rows(None, input, _shape_arg(shape), view=False)
 
 
 @torch_handler(
@@ -212,7 +215,8 @@ def _squeeze(input: RaggedArray, dim: Any = None) -> RaggedArray:
     torch.flatten,
     methods=("flatten",),
     family="indexing",
-    meaning="flattens axes `start_dim..end_dim` (inner axes: no copy); all axes (the default): "
+    meaning="flattens axes `start_dim..end_dim` (inner axes: no copy); the batch and ragged "
+    "axes (`flatten(0, 1)`): the rows, a FlatArray as `view(-1, C)`; all axes (the default): "
     "every entry in order, a dense 1-D tensor (`x.values.reshape(-1)`)",
 )
 @_any_layout
@@ -223,6 +227,8 @@ def _flatten(input: RaggedArray, start_dim: int = 0, end_dim: int = -1) -> Any:
     if a == 0 and b == n - 1 and input.order is None:
         return input.values.reshape(-1)
     shape = list(input.shape)
+    if a == 0 and b == input.ragged_ndim:  # the batch and ragged axes: rows, a FlatArray
+        return layout.merge_rows(None, input, [-1, *shape[b + 1 :]], view=False)
     if a == 0 or any(isinstance(s, RaggedSize) for s in shape[a : b + 1]):
         raise TypeError(f"`start_dim`..`end_dim` ({start_dim}..{end_dim}) {RESHAPES_RAGGED}.")
     if a >= b:
