@@ -388,3 +388,16 @@ def test_conversions_follow_the_logical_order() -> None:
     torch.testing.assert_close(x.transpose(0, 1).to_padded(), x.to_padded().transpose(0, 1))
     with pytest.raises(TypeError, match=r"ragged\.to_nested: `x` has its ragged axis moved"):
         q.to_nested()
+
+
+def test_the_operator_with_a_dense_right_operand_compiles() -> None:
+    """``x @ w`` and ``x.view(-1, C) @ w`` under ``fullgraph=True``: torch 2.13's Dynamo hands
+    them over as ``w @ x`` (its reflected-operator table skips matmul) unless ragged's fix is in."""
+    w = torch.randn(4, 4, dtype=torch.float64)  # square: a swap would not fail on shapes
+    batches = [(ragged.array(batch),) for batch in ([torch.randn(4, 4, dtype=torch.float64)],)]
+    batches += [(ragged.array([torch.randn(n, 4, dtype=torch.float64) for n in (2, 5)]),)]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(
+            lambda x: (x @ w, (x.view(-1, 4) @ w).view(x.size())), batches, backend="eager"
+        )
+    assert report.graphs <= 2

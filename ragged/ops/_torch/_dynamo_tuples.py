@@ -60,6 +60,16 @@ def _wrap_matmul(module: ModuleType) -> None:
     binops = getattr(getattr(module, "BuiltinVariable", None), "_binops", None)
     if binops is not None:  # a cached dict, read when Dynamo first traces a binary operator
         binops().setdefault(operator.matmul, (_MATMUL, operator.imatmul))
+    # `x @ w` with a tensor `w` on the right goes to __torch_function__ with the operands
+    # swapped, and torch 2.13 then calls Tensor.__matmul__(w, x), which is `w @ x`, because its
+    # table of reversed methods skips matmul: give it Tensor.__rmatmul__ (which is `x @ w`).
+    populate = getattr(module, "populate_builtin_to_tensor_fn_map", None)
+    reversed_methods = getattr(module, "BUILTIN_TO_TENSOR_RFN_MAP", None)
+    if populate is not None and isinstance(reversed_methods, dict):
+        import torch
+
+        populate()
+        reversed_methods.setdefault(operator.matmul, torch.Tensor.__rmatmul__)
 
 
 _MATMUL = ["__matmul__", "__rmatmul__", "__imatmul__"]

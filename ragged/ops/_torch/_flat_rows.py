@@ -93,21 +93,11 @@ def pointwise(func: Any) -> Callable[..., Any]:
     return handler
 
 
-# torch 2.13's Dynamo turns `flat @ w` (a non-tensor on the left) into `w.matmul(flat)`, its
-# operands swapped (torch/_dynamo/variables/builtin.py skips matmul's reflected form), which
-# cannot be told from `w @ flat`: refused, with the spelling that compiles.
-SWAPPED = (
-    " Under torch.compile `flat @ w` arrives with its operands swapped (a Dynamo limitation "
-    "in torch 2.13): write torch.matmul(flat, w), F.linear or torch.addmm there."
-)
-
-
 def _dense_right(label: str, input: Any, other: Any) -> FlatArray:
     if type(input) is not FlatArray or input.values.dim() < 2:
         raise TypeError(
             f"{label}: the FlatArray must be the left operand, with an inner axis "
             "to contract (`flat @ w`); a product over its rows mixes segments: use flat.values."
-            + (SWAPPED if torch.compiler.is_compiling() else "")
         )
     if not isinstance(other, torch.Tensor) or type(other) is FlatArray or other.dim() > 2:
         raise TypeError(
@@ -277,6 +267,8 @@ def dispatch_table() -> dict[Any, Callable[..., Any]]:
                 table[fn] = pointwise(fn)
     for fn in (torch.matmul, torch.mm, torch.Tensor.__matmul__, torch.Tensor.matmul):
         table[fn] = _matmul(fn)
+    product = _matmul(torch.matmul)
+    table[torch.Tensor.__rmatmul__] = lambda w, flat: product(flat, w)  # w.__rmatmul__(flat)
     table[torch.addmm] = _addmm
     table[F.linear] = _linear
     table[F.layer_norm] = _layer_norm

@@ -25,6 +25,7 @@ from .. import _pointwise as _pointwise
 from . import _dynamo_tuples as dynamo_tuples
 from . import _handlers as _handlers
 from . import _immutable as _immutable
+from . import _losses as _losses
 from . import _mha as _mha
 from . import _model_calls as _model_calls
 from . import _pair_calls as _pair_calls

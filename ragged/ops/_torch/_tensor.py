@@ -14,11 +14,9 @@ from types import FrameType
 from typing import Any, overload
 
 import torch
-import torch.nn.functional as F
 
 from ... import _layout as layout
 from ..._array import RaggedArray
-from ..._broadcast import align
 from ..._registry import torch_function
 from ..._shape import RaggedShape, RaggedSize
 from ..._versions import check_unchanged
@@ -479,36 +477,3 @@ def _unbind(input: RaggedArray, dim: int = 0) -> tuple[Any, ...]:
     if layout.logical_dim(None, dim, input.ndim) == 0:
         return input.unbind()
     return layout.unbind_dim(None, input, dim)
-
-
-# --- losses: elementwise over all entries -------------------------------------------------------
-
-_LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
-_LOSSES_BCE = ("binary_cross_entropy", "binary_cross_entropy_with_logits")
-
-
-def _loss(fn: Callable[..., Any]) -> Callable[..., Any]:
-    label = f"torch.nn.functional.{fn.__name__}"
-
-    def handler(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-        reduction = kwargs.get("reduction", "mean")
-        a, b, partition, names = align(label, input, target)
-        out = fn(a, b, *args, **kwargs)
-        return RaggedArray(out, partition, names) if reduction == "none" else out
-
-    return handler
-
-
-def _declare_losses() -> None:
-    for name in _LOSSES + _LOSSES_BCE:
-        fn = getattr(F, name)
-        torch_function(
-            fn,
-            family="reductions",
-            meaning="over every entry (`reduction='none'`: a RaggedArray of losses); input and "
-            "target line up as for `ragged.add`",
-            see=("ragged.mean",),
-        )(_loss(fn))
-
-
-_declare_losses()
