@@ -162,10 +162,12 @@ def _backward(ctx: Any, grads: list[Tensor | None]) -> tuple[Any, ...]:
     mode, states, has_biases, num_layers, bidirectional = ctx.static
     values, lengths, *rest = ctx.saved_tensors
     hx, params = rest[:states], rest[states:]
-    outputs = [values.new_empty(values.shape[0], hx[0].shape[-1] * (2 if bidirectional else 1))]
-    grads = [
-        torch.zeros_like(o) if g is None else g for g, o in zip(grads, [*outputs, *hx], strict=True)
+    width = hx[0].shape[-1] * (2 if bidirectional else 1)
+    out_grad = values.new_zeros(values.shape[0], width) if grads[0] is None else grads[0]
+    state_grads = [
+        torch.zeros_like(h) if g is None else g for g, h in zip(grads[1:], hx, strict=True)
     ]
+    grads = [out_grad, *state_grads]
     found = packed_recurrence_backward(
         grads, mode, values, lengths, hx, params, has_biases, num_layers, bidirectional
     )
