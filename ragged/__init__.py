@@ -50,6 +50,7 @@ from .interop._awkward import from_awkward as from_awkward
 from .interop._awkward import to_awkward as to_awkward
 from .ops import *  # noqa: F403  (every op: ragged.ops.__all__, generated from the registry)
 from .ops._methods import install as _install_methods
+from .ops._ragged_index import RaggedIndex as RaggedIndex
 
 _pytree.register()
 _serialization.register()
@@ -61,6 +62,7 @@ __all__ = [
     "FlatArray",
     "Partition",
     "RaggedArray",
+    "RaggedIndex",
     "RaggedShape",
     "RaggedSize",
     "RowPartition",

@@ -89,7 +89,9 @@ def from_lengths(
     lengths_t, host = index_argument(func, "lengths", lengths, values.device, check)
     if host is not None:  # a fresh tensor, checked on the host
         squares = sum(n * n for n in host)
-        level = RowPartition.from_lengths(lengths_t, total, max(host, default=0), squares)
+        level = RowPartition.from_lengths(
+            lengths_t, total, max(host, default=0), squares, nonempty=min(host, default=1) > 0
+        )
     elif validating(validate):
         longest, squares = checked_lengths(func, "lengths", lengths_t, total, "values.shape[0]")
         level = RowPartition.from_lengths(lengths_t.clone(), total, longest, squares)
@@ -268,7 +270,9 @@ def from_nested_lengths(
         if host is not None:
             check_lengths(func, host, total, what, param=param)
             squares = sum(n * n for n in host)
-            level = RowPartition.from_lengths(lengths_t, total, max(host, default=0), squares)
+            level = RowPartition.from_lengths(
+                lengths_t, total, max(host, default=0), squares, nonempty=min(host, default=1) > 0
+            )
         elif validating(validate):
             longest, squares = checked_lengths(func, param, lengths_t, total, what)
             level = RowPartition.from_lengths(lengths_t.clone(), total, longest, squares)

@@ -158,7 +158,7 @@ def _padded_level(
         squares = sum(n * n for n in host)
     if low < 0 or high > width:
         raise value_error(func, "lengths", f"must be in [0, {width}]", f"min {low}, max {high}")
-    return RowPartition.from_lengths(lengths_t, total, high, squares)
+    return RowPartition.from_lengths(lengths_t, total, high, squares, nonempty=num == 0 or low > 0)
 
 
 @public("constructors")

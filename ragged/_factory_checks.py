@@ -199,6 +199,12 @@ def host_partition(levels: Sequence[list[int]], device: torch.device) -> Partiti
         lengths_t = torch.tensor(lengths, dtype=torch.int64, device=device)
         squares = sum(n * n for n in lengths)
         built.append(
-            RowPartition.from_lengths(lengths_t, sum(lengths), max(lengths, default=0), squares)
+            RowPartition.from_lengths(
+                lengths_t,
+                sum(lengths),
+                max(lengths, default=0),
+                squares,
+                nonempty=min(lengths, default=1) > 0,
+            )
         )
     return Partition(tuple(built))

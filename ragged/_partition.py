@@ -80,6 +80,9 @@ class RowPartition(Pickled):
             segment as a dense ``N_b x M_b`` block.
         unit: every row has exactly one child: the size-1 axis of ``x[:, None]`` or of
             ``keepdims`` on an outer ragged axis.
+        nonempty: every row is known to hold a child (set by the factories that see the
+            lengths on the host): ``x[:, :1]``, ``x[:, -1:]``, ``x[:, 1:]``, ``x[:, :-1]`` then
+            know their size without a read. Static: compiled code guards on it.
 
     >>> level = RowPartition.from_lengths(torch.tensor([2, 0, 1]), total=3, max_length=2)
     >>> level.offsets, level.row_ids
@@ -93,6 +96,7 @@ class RowPartition(Pickled):
     sum_squares: int | None = None
     columns: RowPartition | None = None
     unit: bool = False
+    nonempty: bool = False
 
     @staticmethod
     def from_lengths(
@@ -101,11 +105,14 @@ class RowPartition(Pickled):
         max_length: int | None = None,
         sum_squares: int | None = None,
         columns: RowPartition | None = None,
+        nonempty: bool = False,
     ) -> RowPartition:
         """Build a level from trusted int64 ``lengths`` that sum to ``total`` (no checks)."""
         offsets = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
         row_ids = _row_ids(lengths, total)
-        return RowPartition(offsets, lengths, row_ids, max_length, sum_squares, columns)
+        return RowPartition(
+            offsets, lengths, row_ids, max_length, sum_squares, columns, False, nonempty
+        )
 
     @staticmethod
     def from_offsets(
@@ -191,7 +198,7 @@ class RowPartition(Pickled):
         rows = torch.arange(num, device=device)
         offsets = torch.arange(num + 1, device=device)
         ones = torch.ones(num, dtype=torch.int64, device=device)
-        return RowPartition(offsets, ones, rows, torch.sym_min(num, 1), num, None, True)
+        return RowPartition(offsets, ones, rows, torch.sym_min(num, 1), num, None, True, True)
 
     @property
     def num_rows(self) -> int:
@@ -235,6 +242,7 @@ class RowPartition(Pickled):
             self.sum_squares,
             None if self.columns is None else self.columns.map_tensors(fn),
             self.unit,
+            self.nonempty,
         )
 
     def tensors(self) -> tuple[Tensor, ...]:

@@ -60,6 +60,8 @@ def _checked(kind: object, fields: object) -> tuple[type, dict[str, Any]]:
     names = _FIELDS[cls]
     if cls is RaggedArray and isinstance(fields, dict) and "order" in fields:
         names = (*names, "order")  # a permuted layout (saved only when there is one)
+    if cls is RowPartition and isinstance(fields, dict) and "nonempty" in fields:
+        names = (*names, "nonempty")  # saved only when set
     if not isinstance(fields, dict) or set(fields) != set(names):
         got = sorted(fields) if isinstance(fields, dict) else type(fields).__name__
         raise ValueError(
@@ -109,6 +111,8 @@ def _fields(obj: Any) -> dict[str, Any]:
     fields = {name: getattr(obj, name) for name in _FIELDS[type(obj)]}
     if getattr(obj, "order", None) is not None:  # a RaggedArray in a permuted layout
         fields["order"] = obj.order
+    if getattr(obj, "nonempty", False):  # a RowPartition known to have no empty row
+        fields["nonempty"] = True
     return fields
 
 

@@ -10,7 +10,15 @@ from torch import Tensor
 from ._partition import Partition
 from ._registry import public
 
-__all__ = ["RaggedShape", "RaggedSize"]
+__all__ = ["RaggedShape", "RaggedSize", "set_arange"]
+
+# torch.arange of a ragged size: ragged.ops._ragged_index (a higher layer) installs it.
+_ARANGE: list[Any] = []
+
+
+def set_arange(fn: Any) -> None:
+    """Install ``fn`` as ``torch.arange`` of a ragged size (``ragged.ops._ragged_index``)."""
+    _ARANGE[:] = [fn]
 
 
 @public("arrays")
@@ -130,6 +138,26 @@ class RaggedSize:
 
     def __repr__(self) -> str:
         return f"RaggedSize({_summary(_nested_lengths(self._partition, self._level))})"
+
+    @classmethod
+    def __torch_function__(
+        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        """``torch.arange(T)``: the positions of every segment, a
+        [`RaggedIndex`][ragged.RaggedIndex]. Other torch functions leave a ragged size to a
+        RaggedArray among their arguments, or refuse it (a dense shape needs one number)."""
+        import torch
+
+        if func is torch.arange and _ARANGE:
+            return _ARANGE[0](*args, **(kwargs or {}))
+        if any(t is not cls for t in types):
+            return NotImplemented
+        name = getattr(func, "__name__", "a torch function")
+        raise TypeError(
+            f"{name}: got a ragged size (RaggedSize), which has one length per segment: a dense "
+            "shape needs one number. Build the tensor from the array instead (x.new_ones(x.shape"
+            "[:2]), torch.ones_like(x)), or use T.lengths."
+        )
 
 
 @public("arrays")

@@ -58,6 +58,8 @@ def check_level(func: Func, state: dict[str, Any]) -> None:
     _optional_count(func, "sum_squares", state["sum_squares"])
     if type(state["unit"]) is not bool:
         raise value_error(func, "unit", "must be a bool", repr(state["unit"]))
+    if type(state.get("nonempty", False)) is not bool:
+        raise value_error(func, "nonempty", "must be a bool", repr(state["nonempty"]))
     columns = state["columns"]
     if columns is not None:
         columns = _complete(func, "columns", columns, RowPartition)
@@ -103,9 +105,10 @@ def _check_level_data(
         lengths.max() if rows else zero,
         (lengths * lengths).sum() if state["sum_squares"] is not None else zero,
         (lengths != 1).any() if state["unit"] else zero,
+        (lengths == 0).any() if state.get("nonempty", False) else zero,
     ]
     stats = torch.stack([f.to(torch.int64) for f in flags]).tolist()
-    first, decreasing_n, last, wrong_n, bad_n, longest_n, squares, non_unit = stats
+    first, decreasing_n, last, wrong_n, bad_n, longest_n, squares, non_unit, empty = stats
     if first != 0:
         raise value_error(func, "offsets", "must start at 0", f"offsets[0] = {first}")
     if decreasing_n:
@@ -137,6 +140,8 @@ def _check_level_data(
         raise value_error(func, "sum_squares", expected, state["sum_squares"])
     if state["unit"] and non_unit:
         raise value_error(func, "unit", "must be False: not every length is 1", True)
+    if empty:
+        raise value_error(func, "nonempty", "must be False: a row is empty", True)
 
 
 def _row_of(offsets: Tensor, children: int) -> Tensor:

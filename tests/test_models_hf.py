@@ -109,7 +109,7 @@ class BertModel(nn.Module):
 # docs/models.md ("test_the_docs_list_every_row" keeps the two in step).
 MATRIX: dict[str, tuple[Callable[[], nn.Module], bool]] = {
     "HF LlamaDecoderLayer": (LlamaLayer, True),
-    "HF LlamaModel": (LlamaModel, False),
+    "HF LlamaModel": (LlamaModel, True),
     "HF BertModel": (BertModel, True),
 }
 

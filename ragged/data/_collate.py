@@ -240,7 +240,9 @@ class _Collator:
         if partition is None:
             lengths_t = torch.tensor(lengths, dtype=torch.int64, device=values.device)
             squares = sum(n * n for n in lengths)  # pair maps over it need no device read
-            level = RowPartition.from_lengths(lengths_t, total, max(lengths), squares)
+            level = RowPartition.from_lengths(
+                lengths_t, total, max(lengths), squares, nonempty=min(lengths) > 0
+            )
             partition = self.partitions[lengths] = Partition((level,))
         return RaggedArray(values, partition)
 

@@ -293,11 +293,18 @@ def _joined(levels: Sequence[RowPartition], same: bool) -> tuple[RowPartition, T
     lengths = levels[0].lengths
     for level in levels[1:]:
         lengths = lengths + level.lengths
+    # A unit level gives every row a child (`torch.diff(x, prepend=x[:, :1] - 1)`). The inputs'
+    # `nonempty` flags are not read: compiled code would guard on them (one graph per flag).
+    nonempty = any(level.unit for level in levels)
     if _known_one(num):  # one row: joining it is joining the children
-        return RowPartition.from_lengths(lengths, total, total), None
+        return RowPartition.from_lengths(lengths, total, total, nonempty=nonempty), None
     known = levels[0].max_length
     longest = len(levels) * known if same and known is not None else None
-    joined = RowPartition.from_lengths(lengths, total, longest)
+    # A unit level adds 1 to every row: with one other level at most, the maximum is exact.
+    others = [level.max_length for level in levels if not level.unit]
+    if longest is None and len(others) <= 1 and None not in others:
+        longest = len(levels) - len(others) + sum(n for n in others if n is not None)
+    joined = RowPartition.from_lengths(lengths, total, longest, nonempty=nonempty)
     start = joined.offsets[:-1]
     shifts = []
     base = 0

@@ -184,8 +184,16 @@ def slice_plan(
     low, count = slice_bounds(level.lengths, start, stop, step)
     inner = dim == len(levels)
     reverse = reverses_all(start, stop, step, known)
+    static = _static_total(level, start, stop, step) if inner else None
     if reverse:
         new, sizes = level, None
+    elif static is not None:  # no read: the rows are known non-empty (RowPartition.nonempty)
+        total, one = static
+        if one:  # one entry of every row: a unit level
+            new = RowPartition.units(level.num_rows, level.offsets.device)
+        else:
+            longest = None if known is None else known - 1
+            new = RowPartition.from_lengths(count, total, longest)
     else:
         stats = [*_stats(count)]
         if not inner:
@@ -201,6 +209,23 @@ def slice_plan(
     if sizes is None:  # a reversal keeps the sizes below: the levels are the input's
         return gather_items(x, dim, upper, new, source, _unchanged(levels, dim))
     return gather_items(x, dim, upper, new, source, sizes)
+
+
+def _static_total(
+    level: RowPartition, start: int | None, stop: int | None, step: int
+) -> tuple[int, bool] | None:
+    """The size of a slice that takes one entry of every row (``[:1]``, ``[-1:]``) or all but
+    one (``[1:]``, ``[:-1]``) of a level whose rows are known non-empty, and whether it takes
+    one; None for any other slice (its size depends on the lengths)."""
+    first = start in (None, 0)
+    one = (first and stop == 1) or (start == -1 and stop is None)
+    all_but_one = (start == 1 and stop is None) or (first and stop == -1)
+    # The flag is read for these slices only: compiled code guards on what it reads.
+    if step != 1 or not (one or all_but_one) or not level.nonempty:
+        return None
+    if one:
+        return level.num_rows, True
+    return level.num_children - level.num_rows, False
 
 
 def _unchanged(levels: Any, dim: int) -> list[int | None]:

@@ -23,6 +23,7 @@ from torch import SymInt
 
 from ..._array import RaggedArray
 from ..._layout import build, logical_order
+from .._ragged_index import RaggedIndex, index_rows
 from ._getitem import getitem
 
 
@@ -55,9 +56,37 @@ def _trailing(x: RaggedArray, index: Any) -> tuple[int, tuple[Any, ...]] | None:
     return p, items[p + 1 :]
 
 
+def _new_axes(x: RaggedArray, index: Any) -> list[int] | None:
+    """The result positions of the ``None`` entries when ``index`` is ``None``, ``:`` and at
+    most one ``...`` only (HF's ``repeat_kv``: ``k[:, :, None, :, :]``); None otherwise."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not any(item is None for item in items) or not all(
+        item is None or item is Ellipsis or _is_full(item) for item in items
+    ):
+        return None
+    ellipses = [k for k, item in enumerate(items) if item is Ellipsis]
+    used = sum(1 for item in items if _is_full(item))
+    if len(ellipses) > 1 or used > x.ndim:
+        return None
+    if ellipses:
+        k = ellipses[0]
+        items = items[:k] + (slice(None),) * (x.ndim - used) + items[k + 1 :]
+    return [k for k, item in enumerate(items) if item is None]
+
+
 def getitem_any_layout(x: RaggedArray, index: Any) -> Any:
     """``x[index]``: [`RaggedArray.__getitem__`][ragged.RaggedArray.__getitem__], and on a
-    permuted array an index of the axes after the last ragged axis (the module docstring)."""
+    permuted array an index of the axes after the last ragged axis (the module docstring) or
+    new size-1 axes (``None`` and ``:`` only: one ``unsqueeze`` each); ``x[b, i]`` with a
+    [`RaggedIndex`][ragged.RaggedIndex] ``i`` reads ``x`` at its positions."""
+    items = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(item, RaggedIndex) for item in items):
+        return index_rows(x, items)
+    new = _new_axes(x, index) if x.order is not None else None
+    if new is not None:
+        for position in new:
+            x = x.unsqueeze(position)
+        return x
     found = _trailing(x, index) if x.order is not None else None
     if found is None:
         return getitem(x, index)  # the storage order's rules (a permuted array is refused)

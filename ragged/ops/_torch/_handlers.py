@@ -16,6 +16,7 @@ from torch import Tensor
 
 from ..._array import RaggedArray
 from ..._axes import normalize_axis
+from ..._errors import value_error
 from ..._partition import Partition, RowPartition
 from ..._registry import refuse
 from ..._torch_args import refuse_out
@@ -277,25 +278,32 @@ SDPA_LAYOUT = (
 
 
 def pair_bias(mask: Any, dtype: torch.dtype) -> RaggedArray:
-    """``attn_mask`` as ``ragged.attention``'s one-head ``bias``: a pair map ``(B, Lq*, Lk*)``,
-    boolean (True: attend, as torch) or additive."""
-    if not isinstance(mask, RaggedArray) or mask.ndim != 3 or mask.ragged_ndim != 2:
+    """``attn_mask`` as ``ragged.attention``'s ``bias`` ``(B, Lq*, Lk*, H)``, from a pair map
+    ``(B, Lq*, Lk*)`` (one head) or ``(B, H or 1, Lq*, Lk*)`` (heads first, as torch and HF's
+    ``sdpa_mask`` lay it out), boolean (True: attend, as torch) or additive."""
+    heads_first = isinstance(mask, RaggedArray) and mask.ndim == 4 and mask.order == (3, 1, 2)
+    if (
+        not isinstance(mask, RaggedArray)
+        or (mask.ndim != 3 and not heads_first)
+        or (mask.ndim == 3 and mask.order is not None)
+        or mask.ragged_ndim != 2
+    ):
         got = (
-            f"a RaggedArray of {mask.ndim} axes"
+            f"a RaggedArray of shape {mask.shape}"
             if isinstance(mask, RaggedArray)
             else type(mask).__name__
         )
         raise TypeError(
-            "`attn_mask` must be a RaggedArray pair map (B, Lq*, Lk*) (ragged.outer of the "
-            "query and key rows; segments never attend to each other, and a dense mask "
-            f"would need padding), got {got}."
+            "`attn_mask` must be a RaggedArray pair map (B, Lq*, Lk*) or (B, H or 1, Lq*, Lk*) "
+            "(ragged.outer of the query and key rows; segments never attend to each other, "
+            f"and a dense mask would need padding), got {got}."
         )
     values = mask.values
     if values.dtype == torch.bool:
         values = torch.zeros(values.shape, dtype=dtype, device=values.device).masked_fill(
             ~values, float("-inf")
         )
-    return RaggedArray(values[:, None], mask.partition)
+    return RaggedArray(values if heads_first else values[:, None], mask.partition)
 
 
 @torch_handler(
@@ -324,9 +332,11 @@ def _sdpa(
             ("query", "key", "value", "attn_mask"), (*arrays, attn_mask), strict=True
         ):
             if isinstance(a, RaggedArray):
-                stored = a.transpose(1, 2) if a.ndim == 4 and a.order == (2, 1, 3) else a
                 check_unchanged(
-                    display_name(F.scaled_dot_product_attention), stored, names=(name, "")
+                    display_name(F.scaled_dot_product_attention),
+                    a,
+                    names=(name, ""),
+                    any_layout=True,
                 )
     if all(isinstance(a, RaggedArray) and a.ndim == 4 and a.order == (2, 1, 3) for a in arrays):
         return _sdpa_heads(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
@@ -363,7 +373,14 @@ def _sdpa_heads(
             f"{kv_heads}."
         )
     bias = None if attn_mask is None else pair_bias(attn_mask, query.dtype)
-    if bias is not None and heads != 1:
+    if bias is not None and bias.values.shape[1] not in (1, heads):
+        raise value_error(
+            display_name(F.scaled_dot_product_attention),
+            "attn_mask",
+            f"must have 1 or {heads} heads (those of `query`)",
+            bias.values.shape[1],
+        )
+    if bias is not None and bias.values.shape[1] != heads:
         bias = RaggedArray(bias.values.expand(-1, heads), bias.partition)
     out = attention(q, k, v, causal=is_causal, scale=scale, bias=bias, dropout_p=dropout_p or None)
     return out.transpose(1, 2)

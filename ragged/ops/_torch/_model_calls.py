@@ -33,7 +33,9 @@ def _shifted(x: RaggedArray, axis: int, start: int | None, stop: int | None) -> 
     meaning="`n`-th forward difference along `dim` (default -1): within each segment for the "
     "ragged axis (a segment of length `L` gives `max(L - n, 0)` rows); `prepend`/`append` "
     "are RaggedArrays joined along `dim` first; along the ragged axis the result's size "
-    "depends on the lengths (a host read, no single compiled graph)",
+    "depends on the lengths (a host read), except for `n=1` when no segment is empty "
+    "(`RowPartition.nonempty`), with no `prepend` or one row of each segment "
+    "(`prepend=x[:, :1] - 1`, HF's packed-sequence check): then one compiled graph",
     see=("ragged.concat",),
     compile=False,
 )
