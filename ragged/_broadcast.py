@@ -266,7 +266,9 @@ def _broadcast_rows(big: RaggedArray, small: RaggedArray) -> Tensor | None:
     if nb < 2 or extra < 0 or small.values.shape[1 : 1 + extra] != (1,) * extra:
         return None
     big_levels, small_levels = big.partition.levels, small.partition.levels
-    units = [k for k, level in enumerate(small_levels) if level.unit]
+    # keepdims never makes the innermost level a unit level; x[..., :1] does (one entry of
+    # every row), and that is no size-1 axis to broadcast.
+    units = [k for k, level in enumerate(small_levels[:-1]) if level.unit]
     if not units and not extra:
         return None
     first = units[0] if units else ns

@@ -80,8 +80,8 @@ class RowPartition(Pickled):
             segment as a dense ``N_b x M_b`` block.
         unit: every row has exactly one child: the size-1 axis of ``x[:, None]`` or of
             ``keepdims`` on an outer ragged axis.
-        nonempty: every row is known to hold a child (set by the factories that see the
-            lengths on the host): ``x[:, :1]``, ``x[:, -1:]``, ``x[:, 1:]``, ``x[:, :-1]`` then
+        nonempty: every row is known to hold a child (from host lengths, ``units``, a concat
+            with a unit level): ``x[:, :1]``, ``x[:, -1:]``, ``x[:, 1:]``, ``x[:, :-1]`` then
             know their size without a read. Static: compiled code guards on it.
 
     >>> level = RowPartition.from_lengths(torch.tensor([2, 0, 1]), total=3, max_length=2)

@@ -6,7 +6,7 @@ Partition and RowPartition read from a pickle is checked completely before it ex
 ``ragged._validate``): for every level, offsets start at 0, never decrease and end at the
 number of children; lengths are the offsets' differences; each row id names the row whose
 offsets hold that child; the recorded maximum length, sum of squared lengths, columns and unit
-flag are right; index tensors are 1-D int64 on the values' device; and ``values`` has one row
+and nonempty flags are right; index tensors are 1-D int64 on the values' device; and ``values`` has one row
 per child of the last level. A failed check raises a ``ValueError`` naming the inconsistency.
 The checks are a few vectorised passes and one read from the device per level.
 

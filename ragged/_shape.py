@@ -152,11 +152,11 @@ class RaggedSize:
             return _ARANGE[0](*args, **(kwargs or {}))
         if any(t is not cls for t in types):
             return NotImplemented
-        name = getattr(func, "__name__", "a torch function")
+        name = torch.overrides.resolve_name(func) or getattr(func, "__name__", "torch")
         raise TypeError(
-            f"{name}: got a ragged size (RaggedSize), which has one length per segment: a dense "
-            "shape needs one number. Build the tensor from the array instead (x.new_ones(x.shape"
-            "[:2]), torch.ones_like(x)), or use T.lengths."
+            f"{name}: got a ragged size (RaggedSize) where a dense size is expected; it has one "
+            "length per segment, a dense shape needs one number. Build the tensor from the "
+            "array instead (x.new_ones(x.shape[:2]), torch.ones_like(x)), or use T.lengths."
         )
 
 

@@ -5,7 +5,7 @@ Each row runs once on a batch ``(B, L*, C)`` and once on every segment as a ``(1
 with its own positions ``0..L-1`` (the per-sequence reference): outputs and parameter gradients
 must agree (float64). The positions are written once, as tensor code that runs on both:
 ``x.new_ones(x.shape[:2], dtype=torch.long).cumsum(1) - 1``. The whole models take what they
-document for packed inputs (``position_ids``; no attention mask).
+document for packed inputs and no attention mask: BERT ``position_ids``; Llama makes its own.
 """
 
 from __future__ import annotations
@@ -73,7 +73,9 @@ class LlamaLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """``LlamaModel(inputs_embeds=x, position_ids=p, use_cache=False)``: the last hidden state.
+    """``LlamaModel(inputs_embeds=x, use_cache=False)``: the last hidden state. The model makes
+    its own positions, ``torch.arange(T).unsqueeze(0)`` (a ``(B, L*)`` RaggedArray of the
+    positions of every segment: ``tests/test_ragged_index.py``).
 
     ``use_cache=False`` as in training: a ``DynamicCache`` adds its (int) length to the ragged
     size ``T`` to size the mask, which has one length per segment."""
@@ -83,8 +85,7 @@ class LlamaModel(nn.Module):
         self.model = modeling_llama.LlamaModel(transformers.LlamaConfig(**LLAMA))
 
     def forward(self, x: Any) -> Any:
-        out = self.model(inputs_embeds=x, position_ids=positions(x), use_cache=False)
-        return out.last_hidden_state
+        return self.model(inputs_embeds=x, use_cache=False).last_hidden_state
 
 
 class BertModel(nn.Module):

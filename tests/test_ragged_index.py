@@ -78,6 +78,18 @@ def test_rows_of_another_segment_and_positions_past_a_row():
         x[torch.tensor([1, 0, 0])[:, None], i]  # segment 0 reads three rows of a row of one
 
 
+@given(lengths())
+def test_unsqueeze_0_gives_the_positions_array(lens):
+    """``torch.arange(T).unsqueeze(0)`` (HF Llama's default ``position_ids``) is the ``(B, L*)``
+    array of every segment's positions, on the partition of ``T``."""
+    x = ragged.from_lengths(torch.zeros(sum(lens), 2), lens)
+    p = torch.arange(x.shape[1]).unsqueeze(0)
+    assert isinstance(p, RaggedArray) and p.partition is x.partition
+    assert p.to_list() == [list(range(n)) for n in lens]
+    with pytest.raises(ValueError, match=r"RaggedIndex.unsqueeze: `dim` must be 0"):
+        torch.arange(x.shape[1]).unsqueeze(1)
+
+
 def test_hf_causal_and_packed_mask_in_one_graph():
     """HF ``sdpa_mask`` on packed positions, as ``LlamaModel`` runs it under compile: the packed
     check (``position_ids[:, :1]``, ``torch.diff``, ``cumsum``), positions read at the aranges,
@@ -155,6 +167,38 @@ def test_slices_of_known_size_read_nothing(lens, spelling):
         assert y.partition.levels[0].unit or y is x
 
 
+def test_an_empty_segment_compiles_a_second_graph():
+    """The flag is static: compiled code that reads it guards on it. Batches with and without an
+    empty segment take two graphs, and both give the per-segment results."""
+    batches = [(_positions(lens),) for lens in ([3, 1, 4], [2, 0, 5], [1, 2, 6])]
+    with ragged.dynamic_shapes():
+        report = ragged.testing.check_compile(
+            lambda p: p[:, 1:] * 2, batches, backend="eager", max_graphs=2, allow_unbacked=True
+        )
+    assert report.graphs == 2
+
+
+def test_slices_of_known_size_on_the_innermost_axis_of_two_levels():
+    m = ragged.array([[[1, 2], [3]], [[4, 5, 6]]])
+    assert m.partition.levels[1].nonempty
+    assert m[:, :, 1:].to_list() == [[[2], []], [[5, 6]]]
+    assert m[:, :, -1:].to_list() == [[[2], [3]], [[6]]]
+    with pytest.raises(ValueError, match="ragged structure"):
+        m - m[:, :, :1]  # one entry of every row is no size-1 axis: no broadcasting
+
+
+def test_concat_with_a_unit_level_keeps_exact_sizes():
+    for lens in ([], [0], [2, 0, 3]):
+        x = _positions(lens)
+        c = ragged.concat([x[:, None], x[:, None]], axis=1)
+        assert pickle.loads(pickle.dumps(c)).to_list() == c.to_list()
+        assert c.partition.levels[0].max_length == (2 if lens else 0)
+    x = _positions([2, 1, 3])
+    d = ragged.concat([x[:, :1] - 1, x], axis=1)
+    assert d.partition.levels[0].nonempty and d.partition.levels[0].max_length == 4
+    assert pickle.loads(pickle.dumps(d)).to_list() == d.to_list()
+
+
 def test_the_nonempty_flag():
     assert ragged.array([[1], [2, 3]]).partition.levels[0].nonempty
     assert not ragged.array([[1], []]).partition.levels[0].nonempty
@@ -189,3 +233,12 @@ def test_errors_name_the_call():
         i + torch.ones(2)
     with pytest.raises(ValueError, match=r"new_ones: `size` must be \(\)"):
         i.new_ones((2,))
+    with pytest.raises(TypeError, match=r"`requires_grad` is not taken"):
+        torch.arange(T, requires_grad=True)
+    with pytest.raises(TypeError, match=r"torch.Tensor.view: got a ragged size"):
+        torch.zeros(2, 2).view(B, T)
+    y = ragged.array([[1.0], [2.0], [3.0]])
+    with pytest.raises(ValueError, match=r"one-level array of 3 segments"):
+        y[:, i[None, :]]  # the positions of a batch of 2
+    with pytest.raises(ValueError, match=r"batch index of shape \(2, 1\)"):
+        x[torch.arange(2)[:, None].expand(2, 2), i[None, :]]

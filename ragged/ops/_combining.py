@@ -300,10 +300,11 @@ def _joined(levels: Sequence[RowPartition], same: bool) -> tuple[RowPartition, T
         return RowPartition.from_lengths(lengths, total, total, nonempty=nonempty), None
     known = levels[0].max_length
     longest = len(levels) * known if same and known is not None else None
-    # A unit level adds 1 to every row: with one other level at most, the maximum is exact.
-    others = [level.max_length for level in levels if not level.unit]
-    if longest is None and len(others) <= 1 and None not in others:
-        longest = len(levels) - len(others) + sum(n for n in others if n is not None)
+    # A unit level adds 1 to every row (its maximum: 1, or 0 without rows): with one other
+    # level at most, the sum of the maxima is exact.
+    maxima = [level.max_length for level in levels]
+    if longest is None and sum(not lv.unit for lv in levels) <= 1 and None not in maxima:
+        longest = sum(n for n in maxima if n is not None)
     joined = RowPartition.from_lengths(lengths, total, longest, nonempty=nonempty)
     start = joined.offsets[:-1]
     shifts = []

@@ -112,6 +112,23 @@ class RaggedIndex:
         """``torch.zeros(())`` of a scalar (the seed of HF's ``or_masks``)."""
         return _new_scalar(self, size, 0, dtype, device, "new_zeros")
 
+    def unsqueeze(self, dim: int) -> RaggedArray:
+        """``torch.arange(T).unsqueeze(0)``: the batch axis in front, i.e. the positions of every
+        segment as a ``(B, L*)`` RaggedArray (HF Llama builds its default ``position_ids`` so).
+        Other layouts come from indexing with ``None``."""
+        if self.ndim != 1 or dim != 0:
+            raise value_error(
+                "RaggedIndex.unsqueeze",
+                "dim",
+                "must be 0 on a 1-D index (the batch axis: a (B, L*) array; lay an index out "
+                "for masks with None, i[None, :, None])",
+                dim,
+            )
+        levels = self.partition.levels
+        if self.level == len(levels) - 1:
+            return RaggedArray(self.values, self.partition)
+        return RaggedArray(self.values, Partition(levels[: self.level + 1]))
+
     def __invert__(self) -> RaggedIndex:
         return self._with(~self.values)
 
@@ -149,8 +166,8 @@ class RaggedIndex:
                     f"RaggedIndex `{_symbol(op)}`",
                     "other",
                     f"must be an index of the same ragged axis with {self.ndim} axes",
-                    f"{other.ndim} axes over another axis or partition"
-                    if other.ndim != self.ndim
+                    f"an index with {other.ndim} axes"
+                    if other.size == self.size
                     else "an index over another ragged axis",
                 )
             if other.axis == self.axis:
@@ -246,12 +263,12 @@ def _pair(first: RaggedIndex, second: RaggedIndex, op: Callable[[Any, Any], Any]
             "must lie along the axis next to this one's, neither of them axis 0 (the batch)",
             f"indexes along axes {first.axis} and {second.axis}",
         )
-    if first.level != len(first.partition.levels) - 1:
+    if len(first.partition.levels) != 1:
         raise value_error(
             f"RaggedIndex `{_symbol(op)}`",
             "self",
-            "must run along the innermost ragged axis (a pair map pairs the innermost positions)",
-            f"ragged axis {first.level} of {len(first.partition.levels)}",
+            "must run along the ragged axis of a one-level array (its pair map (B, L*, L*))",
+            f"ragged axis {first.level + 1} of {len(first.partition.levels)}",
         )
     rows, cols = (first, second) if first.axis < second.axis else (second, first)
     a = RaggedArray(rows.values, rows.partition)
@@ -266,22 +283,34 @@ def _pair(first: RaggedIndex, second: RaggedIndex, op: Callable[[Any, Any], Any]
 def arange(*args: Any, **kwargs: Any) -> RaggedIndex:
     """``torch.arange(T)`` / ``torch.arange(0, T)`` of a ragged size ``T``: the positions
     ``0..L_b-1`` of every segment as a [`RaggedIndex`][ragged.RaggedIndex]."""
-    dtype = kwargs.pop("dtype", None) or torch.int64
+    dtype = kwargs.pop("dtype", None)
     device = kwargs.pop("device", None)
-    kwargs.pop("requires_grad", None)
-    kwargs.pop("layout", None)
-    kwargs.pop("pin_memory", None)
-    ends = [kwargs.pop(k) for k in ("start", "end", "step") if k in kwargs]
-    values = list(args) + ends
-    start, end, step = (0, values[0], 1) if len(values) == 1 else (*values, 1)[:3]
-    if kwargs or not isinstance(end, RaggedSize) or start != 0 or step != 1:
+    refused = {
+        "out": kwargs.get("out") is not None,
+        "requires_grad": bool(kwargs.get("requires_grad", False)),
+        "layout": kwargs.get("layout", torch.strided) not in (None, torch.strided),
+        "pin_memory": bool(kwargs.get("pin_memory", False)),
+    }
+    for name, bad in refused.items():
+        if bad:
+            raise type_error(ARANGE, name, "is not taken for the positions of a ragged size", True)
+    bounds = list(args) + [kwargs.pop(k) for k in ("start", "end", "step") if k in kwargs]
+    unknown = sorted(set(kwargs) - set(refused))
+    start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+    if unknown or not isinstance(end, RaggedSize) or start != 0 or step != 1:
+        got = ", ".join(
+            f"{name}={'a RaggedSize' if isinstance(v, RaggedSize) else repr(v)}"
+            for name, v in (("start", start), ("end", end), ("step", step))
+        )
         raise type_error(
             ARANGE,
             "end",
             "must be a ragged size T from x.shape as the only bound (`torch.arange(T)` or "
             "`torch.arange(0, T)`: the positions 0..L_b-1 of every segment)",
-            f"start={start!r}, end={end!r}, step={step!r}",
+            got + (f", and {unknown}" if unknown else ""),
         )
+    if dtype is None:  # as torch: a float bound gives the default float dtype
+        dtype = torch.get_default_dtype() if isinstance(start, float) else torch.int64
     level = end.partition.levels[end.level]
     positions = level.positions().to(dtype=dtype)
     return RaggedIndex(positions if device is None else positions.to(device), end)
@@ -304,14 +333,24 @@ def index_rows(x: RaggedArray, index: tuple[Any, ...]) -> RaggedIndex:
             GETITEM, "x", "must be a (B, L*) array to read at a RaggedIndex", f"shape {x.shape}"
         )
     level = positions.partition.levels[positions.level]
+    num = x.partition.num_segments
+    if len(positions.partition.levels) != 1 or level.num_rows != num:
+        raise value_error(
+            GETITEM,
+            "index",
+            f"must hold the positions of a one-level array of {num} segments (x's batch)",
+            f"positions of {level.num_rows} rows of ragged axis {positions.level + 1} of "
+            f"{len(positions.partition.levels)}",
+        )
     segment = level.row_ids
     if isinstance(rows, Tensor):
-        if rows.dim() != positions.ndim or rows.shape[0] != x.partition.num_segments:
+        expected = (num,) + (1,) * (positions.ndim - 1)
+        if tuple(rows.shape) != expected:
             raise value_error(
                 GETITEM,
                 "index",
-                f"must hold a batch index of shape ({x.partition.num_segments}, 1, ...) with "
-                f"{positions.ndim} axes, as the RaggedIndex",
+                f"must hold a batch index of shape {expected} (torch.arange(B) laid out along "
+                "axis 0, as the RaggedIndex's axes)",
                 f"shape {tuple(rows.shape)}",
             )
         segment = rows.reshape(-1)[segment]

@@ -171,7 +171,8 @@ def slice_plan(
 ) -> tuple[Partition, Tensor] | None:
     """``[start:stop:step]`` of every row along ragged axis ``dim``: the new partition and the
     value rows to gather; ``None`` when every entry is kept. One host sync (the new sizes),
-    except where the result provably keeps every entry or reverses every row."""
+    except where the result provably keeps every entry or reverses every row, and for the
+    slices of known size of a level with no empty row (``_static_total``)."""
     start, stop, step = (slice_int(func, v) for v in (start, stop, step))
     step = 1 if step is None else step
     if step == 0:

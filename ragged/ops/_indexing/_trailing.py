@@ -82,8 +82,8 @@ def getitem_any_layout(x: RaggedArray, index: Any) -> Any:
     items = index if isinstance(index, tuple) else (index,)
     if any(isinstance(item, RaggedIndex) for item in items):
         return index_rows(x, items)
-    new = _new_axes(x, index) if x.order is not None else None
-    if new is not None:
+    new = _new_axes(x, index) if x.order is not None and x.order[0] != 0 else None
+    if new is not None and 0 not in new:  # x[None] and sequence-first views: getitem refuses
         for position in new:
             x = x.unsqueeze(position)
         return x
