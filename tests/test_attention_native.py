@@ -117,6 +117,23 @@ def test_float32_default_tiles_and_edge_batches(lengths, causal, calls):
     assert calls == {"forward": 1, "backward": 1}
 
 
+@pytest.mark.parametrize("micro", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("widths", [(64, 64), (32, 32), (80, 80), (128, 128), (20, 48), (16, 24)])
+def test_float32_micro_kernel_edges(widths, causal, micro, calls, monkeypatch):
+    """The float32 forward's micro-kernel (AVX-512 builds; ``micro=False`` and builds without it
+    take the BLAS tiles): lengths around its 16-key vectors, 6-row blocks and 64-key tiles, head
+    widths that are several vectors, not a multiple of 16 (the score width) or of 64 (the value
+    width); widths of values not a multiple of 16 take the BLAS tiles."""
+    monkeypatch.setattr(native, "MICRO_KERNEL", micro)
+    lengths = [1, 15, 16, 17, 0, 63, 64, 65, 6, 7, 130]
+    _check(lengths, lengths, 4, 2, *widths, causal, torch.float32, 0, "contiguous")
+    if not causal:  # cross-attention: other key lengths, 3 query heads per key-value head
+        cross = [(3 * n + 5) % 71 for n in lengths]
+        _check(lengths, cross, 3, 1, *widths, causal, torch.float32, 1, "contiguous")
+    assert calls == {"forward": 2 - causal, "backward": 2 - causal}
+
+
 def test_queries_without_keys_give_zero_and_zero_gradient(calls):
     q = arrays([3, 2, 4], 2, 4, 0)
     k = arrays([0, 5, 0], 2, 4, 1)

@@ -11,6 +11,10 @@
    so no two threads write one row); it loops over key blocks, recomputes P from the saved
    log-sum-exp and makes dV, dP, dK and dQ with four more GEMMs per tile.
 
+   The float32 forward has its own micro-kernel where the build targets AVX-512 (no BLAS call
+   per tile; see "The float32 forward on AVX-512" below); float64, value widths that are not a
+   multiple of 16 and builds without AVX-512 keep the BLAS tiles.
+
    Threads: `nthreads` pthreads (the caller's thread is one) take items from a shared counter,
    most expensive first; each item is computed by one thread in a fixed order, so results do not
    depend on the thread count. Inside the workers MKL is told to use one thread
@@ -153,14 +157,27 @@ static int rga_parallel(void *(*work)(void *), void **args, int nthreads) {
   return 0;
 }
 
+#if defined(__AVX512F__) && !defined(RGA_NO_FAST)
+#include <immintrin.h>
+#define RGA_FAST 1
+#else
+#define RGA_FAST 0
+#endif
+
+/* Whether the float32 forward has its own micro-kernel in this build (1) or uses BLAS (0). */
+int rga_micro_kernel(void) { return RGA_FAST; }
+
 #define RGA_BODY
 #define T float
 #define SUF(name) name##_f32
 #define EXP rga_expf
+#define RGA_F32 1
 #include __FILE__
 #undef T
 #undef SUF
 #undef EXP
+#undef RGA_F32
+#define RGA_F32 0
 #define T double
 #define SUF(name) name##_f64
 #define EXP rga_exp
@@ -182,6 +199,9 @@ typedef struct {
   const T *o, *g;
   T *dq, *dk, *dv;
   int status;
+  /* the float32 micro-kernel path: K transposed per tile of keys, offsets per sequence */
+  T *kt;
+  const int64_t *ktoff;
 } SUF(rga_job);
 
 typedef struct {
@@ -193,6 +213,7 @@ static int64_t SUF(rga_take)(SUF(rga_job) * job) {
 }
 
 /* --- forward ------------------------------------------------------------------------------ */
+
 
 static void SUF(rga_fwd_item)(SUF(rga_job) * j, const rga_item *it, T *S, T *acc, T *m, T *l) {
   const int64_t H = j->H, Hkv = j->Hkv, D = j->D, Dv = j->Dv, bc = j->bc;
@@ -294,11 +315,360 @@ static int SUF(rga_run)(SUF(rga_job) * j, void *(*worker)(void *), int nthreads)
   return j->status;
 }
 
+#if RGA_F32 && RGA_FAST
+/* The float32 forward on AVX-512 (the build's -march=native defines __AVX512F__ where the CPU
+   has it): a micro-kernel of our own instead of two BLAS calls per tile. K is first copied,
+   transposed, into tiles of RGA_BC keys ([D][RGA_BC], zero-padded: one pass over K, split over
+   threads by sequence and key-value head). Then per work item (sequence, head, block of query
+   rows), per tile of keys and per RGA_MR query rows: the scores of up to RGA_BC keys stay in
+   registers (RGA_MR x 4 vectors of 16), the online softmax (base 2: the scale times log2(e)
+   is folded into the scores) runs on them there, the probabilities go to a small buffer in L1
+   and P V is accumulated with the rescaling of the rows' accumulators folded in. On the causal
+   diagonal only the vectors of keys that some row of the RGA_MR rows sees are computed, and
+   only the keys up to the last visible one are read for P V. */
+#define RGA_BC 64
+#define RGA_MR 6
+#define RGA_LOG2E 1.44269504088896341f
+#define RGA_LN2 0.693147180559945309f
+#define RGA_INLINE static inline __attribute__((always_inline))
+
+/* 2^x (x <= 0 here; -inf and anything below -150 give 0): x = n + f, |f| <= 1/2, 2^f by its
+   Taylor polynomial of degree 7 (relative error < 2e-8), times 2^n by vscalefps. */
+RGA_INLINE __m512 rga_exp2_ps(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+  __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.5252733804e-5f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393e-4f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+/* Mask of the first `n` of 16 lanes (n may be <= 0 or >= 16). */
+RGA_INLINE __mmask16 rga_first(int64_t n) {
+  return n >= 16 ? (__mmask16)0xFFFF : (n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1));
+}
+
+/* acc[r][u] += sum over k < K of a[r * lda + k] b[k * ldb + 16 u ...], for MR rows and NV
+   vectors of 16 columns: the micro-kernel of both products (K rank-one updates). */
+RGA_INLINE void rga_updates(const int MR, const int NV, __m512 acc[RGA_MR][4], const float *a,
+                            int64_t lda, const float *b, int64_t ldb, int64_t K) {
+  for (int64_t k = 0; k < K; k++) {
+    __m512 bv[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; u++) bv[u] = _mm512_loadu_ps(b + k * ldb + 16 * u);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+      const __m512 ab = _mm512_set1_ps(a[r * lda + k]);
+#pragma GCC unroll 4
+      for (int u = 0; u < NV; u++) acc[r][u] = _mm512_fmadd_ps(ab, bv[u], acc[r][u]);
+    }
+  }
+}
+
+/* acc[r] = alpha[r] acc[r] + P[r] V for MR rows and ND vectors of 16 columns (acc: row stride
+   lda), over the first `used` keys (rows of V, stride ldv). */
+RGA_INLINE void rga_pv(const int MR, const int ND, const float *P, const float *vb, int64_t ldv,
+                       int64_t used, const float *alpha, float *acc, int64_t lda) {
+  __m512 o[RGA_MR][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    const __m512 a = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 4
+    for (int u = 0; u < ND; u++) o[r][u] = _mm512_mul_ps(a, _mm512_loadu_ps(acc + r * lda + 16 * u));
+  }
+  rga_updates(MR, ND, o, P, RGA_BC, vb, ldv, used);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+    for (int u = 0; u < ND; u++) _mm512_storeu_ps(acc + r * lda + 16 * u, o[r][u]);
+}
+
+/* One tile: rows [r0, r0 + MR) of the item (absolute query rows i0 + r0 + r) against keys
+   [j0, j0 + cols) of the sequence, NV vectors of 16 keys computed. q: the first row's query
+   (row stride ldq), kt: the tile [D][RGA_BC], vb: the first key's value (row stride ldv), acc:
+   the first row's accumulator [Dv], m and l: the rows' running maximum (base 2) and sum. */
+RGA_INLINE void rga_tile(const int MR, const int NV, const float *q, int64_t ldq, int64_t D,
+                         const float *kt, const float *vb, int64_t ldv, int64_t Dv, float c,
+                         int causal, int64_t i, int64_t j0, int64_t cols, float *acc, float *m,
+                         float *l, float *P) {
+  __m512 s[RGA_MR][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; u++) s[r][u] = _mm512_setzero_ps();
+  rga_updates(MR, NV, s, q, ldq, kt, RGA_BC, D);
+  float alpha[RGA_MR];
+  int64_t used = 0; /* keys seen by some row */
+  const __m512 cv = _mm512_set1_ps(c), ninf = _mm512_set1_ps(-INFINITY);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    int64_t n = cols;
+    if (causal && i + r - j0 + 1 < n) n = i + r - j0 + 1;
+    if (n <= 0) {
+      alpha[r] = 1;
+#pragma GCC unroll 4
+      for (int u = 0; u < NV; u++) _mm512_store_ps(P + r * RGA_BC + 16 * u, _mm512_setzero_ps());
+      continue;
+    }
+    used = n > used ? n : used;
+    __m512 x[4], mx = ninf;
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; u++) {
+      x[u] = _mm512_mask_mul_ps(ninf, rga_first(n - 16 * u), s[r][u], cv);
+      mx = _mm512_max_ps(mx, x[u]);
+    }
+    const float mb = _mm512_reduce_max_ps(mx), mold = m[r];
+    const float mnew = mb > mold ? mb : mold;
+    const __m512 mv = _mm512_set1_ps(mnew);
+    __m512 sum = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; u++) {
+      __m512 p = rga_exp2_ps(_mm512_sub_ps(x[u], mv));
+      sum = _mm512_add_ps(sum, p);
+      _mm512_store_ps(P + r * RGA_BC + 16 * u, p);
+    }
+    alpha[r] = mold == -INFINITY ? 0.0f : exp2f(mold - mnew);
+    l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(sum);
+    m[r] = mnew;
+  }
+  /* acc = alpha acc + P V, over chunks of 64 columns of V */
+  for (int64_t d0 = 0; d0 < Dv; d0 += 64) {
+    const int64_t left = Dv - d0;
+    switch (left >= 64 ? 4 : (int)(left / 16)) {
+    case 4: rga_pv(MR, 4, P, vb + d0, ldv, used, alpha, acc + d0, Dv); break;
+    case 3: rga_pv(MR, 3, P, vb + d0, ldv, used, alpha, acc + d0, Dv); break;
+    case 2: rga_pv(MR, 2, P, vb + d0, ldv, used, alpha, acc + d0, Dv); break;
+    default: rga_pv(MR, 1, P, vb + d0, ldv, used, alpha, acc + d0, Dv); break;
+    }
+  }
+}
+
+typedef void (*rga_tile_t)(const float *, int64_t, int64_t, const float *, const float *,
+                           int64_t, int64_t, float, int, int64_t, int64_t, int64_t, float *,
+                           float *, float *, float *);
+#define RGA_TILE(MR, NV)                                                                        \
+  static void rga_tile_##MR##_##NV(const float *q, int64_t ldq, int64_t D, const float *kt,     \
+                                   const float *vb, int64_t ldv, int64_t Dv, float c,           \
+                                   int causal, int64_t i, int64_t j0, int64_t cols, float *acc,  \
+                                   float *m, float *l, float *P) {                              \
+    rga_tile(MR, NV, q, ldq, D, kt, vb, ldv, Dv, c, causal, i, j0, cols, acc, m, l, P);         \
+  }
+#define RGA_TILES(MR) RGA_TILE(MR, 1) RGA_TILE(MR, 2) RGA_TILE(MR, 3) RGA_TILE(MR, 4)
+RGA_TILES(1)
+RGA_TILES(2)
+RGA_TILES(3)
+RGA_TILES(4)
+RGA_TILES(5)
+RGA_TILES(6)
+#define RGA_ROW(MR) {rga_tile_##MR##_1, rga_tile_##MR##_2, rga_tile_##MR##_3, rga_tile_##MR##_4}
+static const rga_tile_t rga_tiles[RGA_MR][4] = {RGA_ROW(1), RGA_ROW(2), RGA_ROW(3),
+                                                RGA_ROW(4), RGA_ROW(5), RGA_ROW(6)};
+
+/* r[i] = column i of the 16 x 16 matrix whose rows are r[0..15] (64 shuffles). */
+RGA_INLINE void rga_transpose16(__m512 r[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#define RGA_PD(x) _mm512_castps_pd(x)
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) { /* r[4i + j], lane L: column 4L + j of rows 4i..4i+3 */
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(RGA_PD(t[4 * i]), RGA_PD(t[4 * i + 2])));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(RGA_PD(t[4 * i]), RGA_PD(t[4 * i + 2])));
+    r[4 * i + 2] =
+        _mm512_castpd_ps(_mm512_unpacklo_pd(RGA_PD(t[4 * i + 1]), RGA_PD(t[4 * i + 3])));
+    r[4 * i + 3] =
+        _mm512_castpd_ps(_mm512_unpackhi_pd(RGA_PD(t[4 * i + 1]), RGA_PD(t[4 * i + 3])));
+  }
+#undef RGA_PD
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; j++) {
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; j++) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
+  }
+}
+
+/* Copies the keys of sequence it->b (every key-value head) into their transposed tiles, 16
+   keys by 16 columns at a time; keys past the sequence's end are 0. */
+static void rga_pack_item(rga_job_f32 *j, const rga_item *it) {
+  const int64_t Hkv = j->Hkv, D = j->D, ks = j->koff[it->b];
+  const int64_t Lk = j->koff[it->b + 1] - ks, nblk = (Lk + RGA_BC - 1) / RGA_BC;
+  float *kt = j->kt + j->ktoff[it->b];
+  for (int64_t c0 = 0; c0 < nblk * RGA_BC; c0 += 16) {
+    const int64_t t = c0 / RGA_BC, c = c0 % RGA_BC, n = Lk - c0;
+    const float *src = j->k + (ks + c0) * Hkv * D;
+    for (int64_t h = 0; h < Hkv; h++) {
+      float *dst = kt + (h * nblk + t) * D * RGA_BC + c;
+      for (int64_t d0 = 0; d0 < D; d0 += 16) {
+        const __mmask16 cols = rga_first(D - d0);
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+          r[i] = i < n ? _mm512_maskz_loadu_ps(cols, src + i * Hkv * D + h * D + d0)
+                       : _mm512_setzero_ps();
+        rga_transpose16(r);
+        const int64_t rows = D - d0 < 16 ? D - d0 : 16;
+        for (int64_t i = 0; i < rows; i++) _mm512_store_ps(dst + (d0 + i) * RGA_BC, r[i]);
+      }
+    }
+  }
+}
+
+static void *rga_pack_worker(void *p) {
+  rga_job_f32 *j = ((rga_arg_f32 *)p)->job;
+  for (int64_t i = rga_take_f32(j); i < j->num_items; i = rga_take_f32(j))
+    rga_pack_item(j, &j->items[i]);
+  return 0;
+}
+
+static void rga_fast_item(rga_job_f32 *j, const rga_item *it, float *P, float *acc, float *m,
+                          float *l) {
+  const int64_t H = j->H, Hkv = j->Hkv, D = j->D, Dv = j->Dv;
+  const int64_t qs = j->qoff[it->b], ks = j->koff[it->b];
+  const int64_t Lq = j->qoff[it->b + 1] - qs, Lk = j->koff[it->b + 1] - ks;
+  const int64_t i0 = it->i0, rows = (Lq - i0 < j->br) ? Lq - i0 : j->br;
+  const int64_t h = it->h, hk = h / (H / Hkv), nblk = (Lk + RGA_BC - 1) / RGA_BC;
+  const float *Q = j->q + (qs + i0) * H * D + h * D;
+  const float *Kt = j->kt + j->ktoff[it->b] + hk * nblk * D * RGA_BC;
+  const float *V = j->v + ks * Hkv * Dv + hk * Dv;
+  const float c = j->scale * RGA_LOG2E;
+  int64_t kend = Lk;
+  if (j->causal && i0 + rows < kend) kend = i0 + rows;
+  for (int64_t r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0;
+  memset(acc, 0, (size_t)(rows * Dv) * sizeof(float));
+  for (int64_t j0 = 0; j0 < kend; j0 += RGA_BC) {
+    const int64_t cols = (kend - j0 < RGA_BC) ? kend - j0 : RGA_BC;
+    const float *kt = Kt + (j0 / RGA_BC) * D * RGA_BC, *vb = V + j0 * Hkv * Dv;
+    for (int64_t r0 = 0; r0 < rows; r0 += RGA_MR) {
+      const int64_t mr = rows - r0 < RGA_MR ? rows - r0 : RGA_MR;
+      int64_t last = cols; /* keys of this tile seen by the block's last row */
+      if (j->causal && i0 + r0 + mr - j0 < last) last = i0 + r0 + mr - j0;
+      if (last <= 0) continue;
+      rga_tiles[mr - 1][(last + 15) / 16 - 1](Q + r0 * H * D, H * D, D, kt, vb, Hkv * Dv, Dv, c,
+                                              j->causal, i0 + r0, j0, cols, acc + r0 * Dv,
+                                              m + r0, l + r0, P);
+    }
+  }
+  float *O = j->out + (qs + i0) * H * Dv + h * Dv, *lse = j->lse + (qs + i0) * H + h;
+  for (int64_t r = 0; r < rows; r++) {
+    float *o = O + r * H * Dv;
+    const float *a = acc + r * Dv;
+    if (l[r] > 0) {
+      const float inv = 1 / l[r];
+      for (int64_t d = 0; d < Dv; d++) o[d] = a[d] * inv;
+      lse[r * H] = (m[r] + log2f(l[r])) * RGA_LN2;
+    } else {
+      for (int64_t d = 0; d < Dv; d++) o[d] = 0;
+      lse[r * H] = 0;
+    }
+  }
+}
+
+static void *rga_fast_worker(void *p) {
+  rga_job_f32 *j = ((rga_arg_f32 *)p)->job;
+  /* P [RGA_MR][RGA_BC] aligned to 64 bytes, then acc [br][Dv], m and l [br] */
+  char *mem = malloc((size_t)(RGA_MR * RGA_BC + j->br * (j->Dv + 2)) * sizeof(float) + 64);
+  if (!mem) {
+    j->status = 2;
+    return 0;
+  }
+  float *P = (float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+  float *acc = P + RGA_MR * RGA_BC, *m = acc + j->br * j->Dv, *l = m + j->br;
+  for (int64_t i = rga_take_f32(j); i < j->num_items; i = rga_take_f32(j)) {
+    RGA_START
+    rga_fast_item(j, &j->items[i], P, acc, m, l);
+    RGA_STOP(1)
+  }
+  free(mem);
+  return 0;
+}
+
+/* The transposed keys' buffer is kept between calls (up to RGA_KEEP bytes: fresh memory of
+   that size is page-faulted on every call, which cost as much as the copy itself); a call that
+   finds it in use by another thread allocates its own. */
+#define RGA_KEEP ((size_t)256 << 20)
+static pthread_mutex_t rga_kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *rga_kept = 0;
+static size_t rga_kept_size = 0;
+
+static char *rga_scratch(size_t size, int *kept) {
+  *kept = 0;
+  if (size <= RGA_KEEP && pthread_mutex_trylock(&rga_kept_lock) == 0) {
+    if (rga_kept_size < size) {
+      free(rga_kept);
+      rga_kept = malloc(size);
+      rga_kept_size = rga_kept ? size : 0;
+    }
+    if (rga_kept) {
+      *kept = 1;
+      return rga_kept;
+    }
+    pthread_mutex_unlock(&rga_kept_lock);
+  }
+  return malloc(size);
+}
+
+static void rga_release(char *mem, int kept) {
+  if (kept)
+    pthread_mutex_unlock(&rga_kept_lock);
+  else
+    free(mem);
+}
+
+/* The forward of rga_forward_f32 on this path (items made by it); 0, or 2 without memory. */
+static int rga_fast_forward(rga_job_f32 *j, int64_t B, int nthreads) {
+  const int64_t *koff = j->koff;
+  int64_t *ktoff = malloc((size_t)(B + 1) * sizeof(int64_t));
+  rga_item *packs = malloc((size_t)(B + 1) * sizeof(rga_item));
+  int64_t total = 0, n = 0;
+  for (int64_t b = 0; b < B; b++) {
+    ktoff[b] = total;
+    total += (koff[b + 1] - koff[b] + RGA_BC - 1) / RGA_BC * RGA_BC * j->Hkv * j->D;
+  }
+  int kept;
+  char *mem = rga_scratch((size_t)total * sizeof(float) + 64, &kept);
+  int status = 2;
+  if (ktoff && packs && mem) {
+    for (int64_t b = 0; b < B; b++) {
+      rga_item it = {b, 0, 0, koff[b + 1] - koff[b]};
+      if (it.cost > 0) packs[n++] = it;
+    }
+    rga_job_f32 pack = *j;
+    pack.items = packs, pack.num_items = n;
+    pack.kt = (float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63), pack.ktoff = ktoff;
+    status = rga_run_f32(&pack, rga_pack_worker, nthreads);
+    j->kt = pack.kt, j->ktoff = ktoff;
+    if (!status) status = rga_run_f32(j, rga_fast_worker, nthreads);
+  }
+  if (mem) rga_release(mem, kept);
+  free(packs);
+  free(ktoff);
+  return status;
+}
+#endif
+
 /* out [Tq, H, Dv] and lse [Tq, H] of every query row over the keys of its sequence. */
 int SUF(rga_forward)(const T *q, const T *k, const T *v, const int64_t *qoff,
                      const int64_t *koff, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                      int64_t Hkv, int64_t D, int64_t Dv, T scale, int causal, int64_t br,
-                     int64_t bc, int nthreads, T *out, T *lse) {
+                     int64_t bc, int nthreads, int fast, T *out, T *lse) {
   if (rga_bad_offsets(qoff, B, Tq) || rga_bad_offsets(koff, B, Tk)) return 1;
   int64_t count = 0;
   for (int64_t b = 0; b < B; b++) count += (qoff[b + 1] - qoff[b] + br - 1) / br;
@@ -322,6 +692,14 @@ int SUF(rga_forward)(const T *q, const T *k, const T *v, const int64_t *qoff,
   j.q = q, j.k = k, j.v = v, j.qoff = qoff, j.koff = koff;
   j.H = H, j.Hkv = Hkv, j.D = D, j.Dv = Dv, j.br = br, j.bc = bc, j.scale = scale;
   j.causal = causal, j.items = items, j.num_items = n, j.out = out, j.lse = lse;
+#if RGA_F32 && RGA_FAST
+  if (fast && Dv % 16 == 0) {
+    int status = rga_fast_forward(&j, B, nthreads);
+    free(items);
+    return status;
+  }
+#endif
+  (void)fast;
   int status = SUF(rga_run)(&j, SUF(rga_fwd_worker), nthreads);
   free(items);
   return status;
