@@ -121,10 +121,10 @@ def test_float32_default_tiles_and_edge_batches(lengths, causal, calls):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("widths", [(64, 64), (32, 32), (80, 80), (128, 128), (20, 48), (16, 24)])
 def test_float32_micro_kernel_edges(widths, causal, micro, calls, monkeypatch):
-    """The float32 forward's micro-kernel (AVX-512 builds; ``micro=False`` and builds without it
-    take the BLAS tiles): lengths around its 16-key vectors, 6-row blocks and 64-key tiles, head
-    widths that are several vectors, not a multiple of 16 (the score width) or of 64 (the value
-    width); widths of values not a multiple of 16 take the BLAS tiles."""
+    """The float32 micro-kernels (AVX-512 builds; ``micro=False`` and builds without them take
+    the BLAS tiles): lengths around their 16-key vectors, 6-row blocks and 64-key tiles, head
+    widths of several vectors, not a multiple of 64 or of 16 (then the backward, and for the
+    values' width the forward too, take the BLAS tiles), values and gradients."""
     monkeypatch.setattr(native, "MICRO_KERNEL", micro)
     lengths = [1, 15, 16, 17, 0, 63, 64, 65, 6, 7, 130]
     _check(lengths, lengths, 4, 2, *widths, causal, torch.float32, 0, "contiguous")

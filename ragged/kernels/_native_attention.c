@@ -11,9 +11,10 @@
    so no two threads write one row); it loops over key blocks, recomputes P from the saved
    log-sum-exp and makes dV, dP, dK and dQ with four more GEMMs per tile.
 
-   The float32 forward has its own micro-kernel where the build targets AVX-512 (no BLAS call
-   per tile; see "The float32 forward on AVX-512" below); float64, value widths that are not a
-   multiple of 16 and builds without AVX-512 keep the BLAS tiles.
+   float32 has its own micro-kernels where the build targets AVX-512 (no BLAS call per tile;
+   see "The float32 forward on AVX-512" and "the float32 backward on AVX-512" below); float64,
+   head widths that are not a multiple of 16 (values in the forward, both in the backward) and
+   builds without AVX-512 keep the BLAS tiles.
 
    Threads: `nthreads` pthreads (the caller's thread is one) take items from a shared counter,
    most expensive first; each item is computed by one thread in a fixed order, so results do not
@@ -164,7 +165,7 @@ static int rga_parallel(void *(*work)(void *), void **args, int nthreads) {
 #define RGA_FAST 0
 #endif
 
-/* Whether the float32 forward has its own micro-kernel in this build (1) or uses BLAS (0). */
+/* Whether float32 has its own micro-kernels in this build (1) or uses BLAS (0). */
 int rga_micro_kernel(void) { return RGA_FAST; }
 
 #define RGA_BODY
@@ -354,39 +355,69 @@ RGA_INLINE __mmask16 rga_first(int64_t n) {
   return n >= 16 ? (__mmask16)0xFFFF : (n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1));
 }
 
-/* acc[r][u] += sum over k < K of a[r * lda + k] b[k * ldb + 16 u ...], for MR rows and NV
-   vectors of 16 columns: the micro-kernel of both products (K rank-one updates). */
+/* acc[r][u] += sum over k < K of a[r * lda + k * ak] b[k * ldb + 16 u ...], for MR rows and
+   NV vectors of 16 columns: the micro-kernel of every product (K rank-one updates). */
 RGA_INLINE void rga_updates(const int MR, const int NV, __m512 acc[RGA_MR][4], const float *a,
-                            int64_t lda, const float *b, int64_t ldb, int64_t K) {
+                            int64_t lda, int64_t ak, const float *b, int64_t ldb, int64_t K) {
   for (int64_t k = 0; k < K; k++) {
     __m512 bv[4];
 #pragma GCC unroll 4
     for (int u = 0; u < NV; u++) bv[u] = _mm512_loadu_ps(b + k * ldb + 16 * u);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
-      const __m512 ab = _mm512_set1_ps(a[r * lda + k]);
+      const __m512 ab = _mm512_set1_ps(a[r * lda + k * ak]);
 #pragma GCC unroll 4
       for (int u = 0; u < NV; u++) acc[r][u] = _mm512_fmadd_ps(ab, bv[u], acc[r][u]);
     }
   }
 }
 
-/* acc[r] = alpha[r] acc[r] + P[r] V for MR rows and ND vectors of 16 columns (acc: row stride
-   lda), over the first `used` keys (rows of V, stride ldv). */
-RGA_INLINE void rga_pv(const int MR, const int ND, const float *P, const float *vb, int64_t ldv,
-                       int64_t used, const float *alpha, float *acc, int64_t lda) {
+/* dst[r] = alpha[r] dst[r] (dst[r] where alpha is NULL) + sum over k < K of a[r * lda + k * ak]
+   b[k * ldb ...], for MR rows of dst (stride ldd) and ND vectors of 16 columns. */
+RGA_INLINE void rga_acc(const int MR, const int ND, float *dst, int64_t ldd, const float *alpha,
+                        const float *a, int64_t lda, int64_t ak, const float *b, int64_t ldb,
+                        int64_t K) {
   __m512 o[RGA_MR][4];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++) {
-    const __m512 a = _mm512_set1_ps(alpha[r]);
+    const __m512 f = _mm512_set1_ps(alpha ? alpha[r] : 1.0f);
 #pragma GCC unroll 4
-    for (int u = 0; u < ND; u++) o[r][u] = _mm512_mul_ps(a, _mm512_loadu_ps(acc + r * lda + 16 * u));
+    for (int u = 0; u < ND; u++) o[r][u] = _mm512_mul_ps(f, _mm512_loadu_ps(dst + r * ldd + 16 * u));
   }
-  rga_updates(MR, ND, o, P, RGA_BC, vb, ldv, used);
+  rga_updates(MR, ND, o, a, lda, ak, b, ldb, K);
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
-    for (int u = 0; u < ND; u++) _mm512_storeu_ps(acc + r * lda + 16 * u, o[r][u]);
+    for (int u = 0; u < ND; u++) _mm512_storeu_ps(dst + r * ldd + 16 * u, o[r][u]);
+}
+
+typedef void (*rga_acc_t)(float *, int64_t, const float *, const float *, int64_t, int64_t,
+                          const float *, int64_t, int64_t);
+#define RGA_ACC(MR, ND)                                                                         \
+  static void rga_acc_##MR##_##ND(float *dst, int64_t ldd, const float *alpha, const float *a, \
+                                  int64_t lda, int64_t ak, const float *b, int64_t ldb,         \
+                                  int64_t K) {                                                  \
+    rga_acc(MR, ND, dst, ldd, alpha, a, lda, ak, b, ldb, K);                                    \
+  }
+#define RGA_ACCS(MR) RGA_ACC(MR, 1) RGA_ACC(MR, 2) RGA_ACC(MR, 3) RGA_ACC(MR, 4)
+RGA_ACCS(1)
+RGA_ACCS(2)
+RGA_ACCS(3)
+RGA_ACCS(4)
+RGA_ACCS(5)
+RGA_ACCS(6)
+#define RGA_ACC_ROW(MR) {rga_acc_##MR##_1, rga_acc_##MR##_2, rga_acc_##MR##_3, rga_acc_##MR##_4}
+static const rga_acc_t rga_accs[RGA_MR][4] = {RGA_ACC_ROW(1), RGA_ACC_ROW(2), RGA_ACC_ROW(3),
+                                              RGA_ACC_ROW(4), RGA_ACC_ROW(5), RGA_ACC_ROW(6)};
+
+/* rga_acc on mr (1..RGA_MR) rows and N columns (a multiple of 16), 64 columns at a time. */
+static void rga_accumulate(int64_t mr, int64_t N, float *dst, int64_t ldd, const float *alpha,
+                           const float *a, int64_t lda, int64_t ak, const float *b, int64_t ldb,
+                           int64_t K) {
+  for (int64_t d0 = 0; d0 < N; d0 += 64) {
+    const int64_t nd = N - d0 >= 64 ? 4 : (N - d0) / 16;
+    rga_accs[mr - 1][nd - 1](dst + d0, ldd, alpha, a, lda, ak, b + d0, ldb, K);
+  }
 }
 
 /* One tile: rows [r0, r0 + MR) of the item (absolute query rows i0 + r0 + r) against keys
@@ -402,7 +433,7 @@ RGA_INLINE void rga_tile(const int MR, const int NV, const float *q, int64_t ldq
   for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
     for (int u = 0; u < NV; u++) s[r][u] = _mm512_setzero_ps();
-  rga_updates(MR, NV, s, q, ldq, kt, RGA_BC, D);
+  rga_updates(MR, NV, s, q, ldq, 1, kt, RGA_BC, D);
   float alpha[RGA_MR];
   int64_t used = 0; /* keys seen by some row */
   const __m512 cv = _mm512_set1_ps(c), ninf = _mm512_set1_ps(-INFINITY);
@@ -437,16 +468,7 @@ RGA_INLINE void rga_tile(const int MR, const int NV, const float *q, int64_t ldq
     l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(sum);
     m[r] = mnew;
   }
-  /* acc = alpha acc + P V, over chunks of 64 columns of V */
-  for (int64_t d0 = 0; d0 < Dv; d0 += 64) {
-    const int64_t left = Dv - d0;
-    switch (left >= 64 ? 4 : (int)(left / 16)) {
-    case 4: rga_pv(MR, 4, P, vb + d0, ldv, used, alpha, acc + d0, Dv); break;
-    case 3: rga_pv(MR, 3, P, vb + d0, ldv, used, alpha, acc + d0, Dv); break;
-    case 2: rga_pv(MR, 2, P, vb + d0, ldv, used, alpha, acc + d0, Dv); break;
-    default: rga_pv(MR, 1, P, vb + d0, ldv, used, alpha, acc + d0, Dv); break;
-    }
-  }
+  rga_accumulate(MR, Dv, acc, Dv, alpha, P, RGA_BC, 1, vb, ldv, used); /* alpha acc + P V */
 }
 
 typedef void (*rga_tile_t)(const float *, int64_t, int64_t, const float *, const float *,
@@ -505,30 +527,49 @@ RGA_INLINE void rga_transpose16(__m512 r[16]) {
   }
 }
 
-/* Copies the keys of sequence it->b (every key-value head) into their transposed tiles, 16
-   keys by 16 columns at a time; keys past the sequence's end are 0. */
+/* Copies n <= 16 rows of src (row stride ld, D columns) transposed to out[d * RGA_BC + i]
+   (rows past n: 0), 16 columns at a time. */
+static void rga_pack16(float *out, const float *src, int64_t ld, int64_t n, int64_t D) {
+  for (int64_t d0 = 0; d0 < D; d0 += 16) {
+    const __mmask16 cols = rga_first(D - d0);
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+      r[i] = i < n ? _mm512_maskz_loadu_ps(cols, src + i * ld + d0) : _mm512_setzero_ps();
+    rga_transpose16(r);
+    const int64_t rows = D - d0 < 16 ? D - d0 : 16;
+    for (int64_t i = 0; i < rows; i++) _mm512_store_ps(out + (d0 + i) * RGA_BC, r[i]);
+  }
+}
+
+/* Zeroes the columns past the first `L` rounded up to 16 of the tile [D][RGA_BC] holding key L
+   (the last one of a sequence of L keys). */
+static void rga_pad(float *tiles, int64_t L, int64_t D) {
+  const int64_t from = (L + 15) / 16 * 16, end = (L + RGA_BC - 1) / RGA_BC * RGA_BC;
+  if (from >= end) return;
+  float *tile = tiles + (from / RGA_BC) * D * RGA_BC + from % RGA_BC;
+  for (int64_t d = 0; d < D; d++) memset(tile + d * RGA_BC, 0, (size_t)(end - from) * sizeof(float));
+}
+
+/* Rows [0, L) of src (row stride ld, D columns) transposed into tiles [D][RGA_BC], one after
+   the other (the last one zero-padded). */
+static void rga_pack(float *tiles, const float *src, int64_t ld, int64_t L, int64_t D) {
+  for (int64_t c0 = 0; c0 < L; c0 += 16)
+    rga_pack16(tiles + (c0 / RGA_BC) * D * RGA_BC + c0 % RGA_BC, src + c0 * ld, ld, L - c0, D);
+  rga_pad(tiles, L, D);
+}
+
+/* Copies the keys of sequence it->b into their transposed tiles, 16 keys of every key-value
+   head at a time (K's rows are read in order). */
 static void rga_pack_item(rga_job_f32 *j, const rga_item *it) {
   const int64_t Hkv = j->Hkv, D = j->D, ks = j->koff[it->b];
   const int64_t Lk = j->koff[it->b + 1] - ks, nblk = (Lk + RGA_BC - 1) / RGA_BC;
   float *kt = j->kt + j->ktoff[it->b];
-  for (int64_t c0 = 0; c0 < nblk * RGA_BC; c0 += 16) {
-    const int64_t t = c0 / RGA_BC, c = c0 % RGA_BC, n = Lk - c0;
-    const float *src = j->k + (ks + c0) * Hkv * D;
-    for (int64_t h = 0; h < Hkv; h++) {
-      float *dst = kt + (h * nblk + t) * D * RGA_BC + c;
-      for (int64_t d0 = 0; d0 < D; d0 += 16) {
-        const __mmask16 cols = rga_first(D - d0);
-        __m512 r[16];
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++)
-          r[i] = i < n ? _mm512_maskz_loadu_ps(cols, src + i * Hkv * D + h * D + d0)
-                       : _mm512_setzero_ps();
-        rga_transpose16(r);
-        const int64_t rows = D - d0 < 16 ? D - d0 : 16;
-        for (int64_t i = 0; i < rows; i++) _mm512_store_ps(dst + (d0 + i) * RGA_BC, r[i]);
-      }
-    }
-  }
+  for (int64_t c0 = 0; c0 < Lk; c0 += 16)
+    for (int64_t h = 0; h < Hkv; h++)
+      rga_pack16(kt + (h * nblk + c0 / RGA_BC) * D * RGA_BC + c0 % RGA_BC,
+                 j->k + (ks + c0) * Hkv * D + h * D, Hkv * D, Lk - c0, D);
+  for (int64_t h = 0; h < Hkv; h++) rga_pad(kt + h * nblk * D * RGA_BC, Lk, D);
 }
 
 static void *rga_pack_worker(void *p) {
@@ -796,12 +837,202 @@ static void *SUF(rga_bwd_worker)(void *p) {
   return 0;
 }
 
+#if RGA_F32 && RGA_FAST
+/* --- the float32 backward on AVX-512 -------------------------------------------------------
+   One work item is a sequence and a key-value head (as on the BLAS path). Its keys and values
+   are first copied, transposed, into tiles of RGA_BC (the thread's scratch). Per tile of keys,
+   per query head of the group and per block of query rows: per RGA_MR rows, the scores against
+   the tile (registers) give P = 2^(S log2(e) scale - lse log2(e)), dO V^T gives dP, and
+   dS = scale P (dP - delta) (both to the block's buffers in L1, the keys no row of the block
+   sees skipped as in the forward); dQ += dS K goes straight into dQ's rows; then dV += P^T dO
+   and dK += dS^T Q for the tile's keys, RGA_MR keys at a time, over the block's rows that see
+   them. */
+
+/* P and dS of MR rows (absolute query row i + r) against keys [j0, j0 + cols), NV vectors of
+   16 keys computed, the rest of the RGA_BC columns written 0. */
+RGA_INLINE void rga_btile(const int MR, const int NV, const float *q, int64_t ldq, int64_t D,
+                          const float *kt, const float *g, int64_t ldg, int64_t Dv,
+                          const float *vt, float c, float scale, int causal, int64_t i,
+                          int64_t j0, int64_t cols, const float *lse, int64_t ldl,
+                          const float *delta, float *P, float *dS) {
+  __m512 s[RGA_MR][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; u++) s[r][u] = _mm512_setzero_ps();
+  rga_updates(MR, NV, s, q, ldq, 1, kt, RGA_BC, D);
+  const __m512 cv = _mm512_set1_ps(c), zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    int64_t n = cols;
+    if (causal && i + r - j0 + 1 < n) n = i + r - j0 + 1;
+    const __m512 shift = _mm512_set1_ps(lse[r * ldl] * RGA_LOG2E);
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++) {
+      __m512 p = zero;
+      if (u < NV)
+        p = _mm512_maskz_mov_ps(rga_first(n - 16 * u),
+                                rga_exp2_ps(_mm512_fmsub_ps(s[r][u], cv, shift)));
+      _mm512_store_ps(P + r * RGA_BC + 16 * u, p);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; u++) s[r][u] = _mm512_setzero_ps();
+  rga_updates(MR, NV, s, g, ldg, 1, vt, RGA_BC, Dv);
+  const __m512 sv = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    const __m512 dl = _mm512_set1_ps(delta[r]);
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++) {
+      __m512 ds = zero;
+      if (u < NV) {
+        const __m512 p = _mm512_load_ps(P + r * RGA_BC + 16 * u);
+        ds = _mm512_mul_ps(_mm512_mul_ps(sv, p), _mm512_sub_ps(s[r][u], dl));
+      }
+      _mm512_store_ps(dS + r * RGA_BC + 16 * u, ds);
+    }
+  }
+}
+
+typedef void (*rga_btile_t)(const float *, int64_t, int64_t, const float *, const float *,
+                            int64_t, int64_t, const float *, float, float, int, int64_t, int64_t,
+                            int64_t, const float *, int64_t, const float *, float *, float *);
+#define RGA_BTILE(MR, NV)                                                                       \
+  static void rga_btile_##MR##_##NV(                                                           \
+      const float *q, int64_t ldq, int64_t D, const float *kt, const float *g, int64_t ldg,     \
+      int64_t Dv, const float *vt, float c, float scale, int causal, int64_t i, int64_t j0,     \
+      int64_t cols, const float *lse, int64_t ldl, const float *delta, float *P, float *dS) {   \
+    rga_btile(MR, NV, q, ldq, D, kt, g, ldg, Dv, vt, c, scale, causal, i, j0, cols, lse, ldl,   \
+              delta, P, dS);                                                                    \
+  }
+#define RGA_BTILES(MR) RGA_BTILE(MR, 1) RGA_BTILE(MR, 2) RGA_BTILE(MR, 3) RGA_BTILE(MR, 4)
+RGA_BTILES(1)
+RGA_BTILES(2)
+RGA_BTILES(3)
+RGA_BTILES(4)
+RGA_BTILES(5)
+RGA_BTILES(6)
+#define RGA_BROW(MR) {rga_btile_##MR##_1, rga_btile_##MR##_2, rga_btile_##MR##_3, rga_btile_##MR##_4}
+static const rga_btile_t rga_btiles[RGA_MR][4] = {RGA_BROW(1), RGA_BROW(2), RGA_BROW(3),
+                                                  RGA_BROW(4), RGA_BROW(5), RGA_BROW(6)};
+
+/* Scratch of one thread (floats): the transposed keys and values of the longest sequence, P
+   and dS of a block of rows, the tile's dK and dV accumulators, delta of the group's heads. */
+typedef struct {
+  float *kt, *vt, *P, *dS, *dKa, *dVa, *delta;
+} rga_bscratch;
+
+static void rga_fast_bwd_item(rga_job_f32 *j, const rga_item *it, const rga_bscratch *w) {
+  const int64_t H = j->H, Hkv = j->Hkv, D = j->D, Dv = j->Dv, br = j->br;
+  const int64_t groups = H / Hkv, hk = it->h;
+  const int64_t qs = j->qoff[it->b], ks = j->koff[it->b];
+  const int64_t Lq = j->qoff[it->b + 1] - qs, Lk = j->koff[it->b + 1] - ks;
+  const float *K = j->k + ks * Hkv * D + hk * D;
+  const float c = j->scale * RGA_LOG2E;
+  rga_pack(w->kt, K, Hkv * D, Lk, D);
+  rga_pack(w->vt, j->v + ks * Hkv * Dv + hk * Dv, Hkv * Dv, Lk, Dv);
+  for (int64_t t = 0; t < groups; t++) {
+    const int64_t h = hk * groups + t;
+    for (int64_t i = 0; i < Lq; i++) {
+      const float *o = j->o + (qs + i) * H * Dv + h * Dv, *g = j->g + (qs + i) * H * Dv + h * Dv;
+      float s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t d = 0; d < Dv; d++) s += o[d] * g[d];
+      w->delta[t * j->max_q + i] = s;
+    }
+  }
+  for (int64_t j0 = 0; j0 < Lk; j0 += RGA_BC) {
+    const int64_t cols = (Lk - j0 < RGA_BC) ? Lk - j0 : RGA_BC;
+    const float *kt = w->kt + (j0 / RGA_BC) * D * RGA_BC, *vt = w->vt + (j0 / RGA_BC) * Dv * RGA_BC;
+    memset(w->dKa, 0, (size_t)(cols * D) * sizeof(float));
+    memset(w->dVa, 0, (size_t)(cols * Dv) * sizeof(float));
+    const int64_t first = j->causal ? j0 : 0; /* rows i >= j0 see this tile */
+    for (int64_t t = 0; t < groups; t++) {
+      const int64_t h = hk * groups + t;
+      for (int64_t i0 = first; i0 < Lq; i0 += br) {
+        const int64_t rows = (Lq - i0 < br) ? Lq - i0 : br;
+        const float *Q = j->q + (qs + i0) * H * D + h * D;
+        const float *G = j->g + (qs + i0) * H * Dv + h * Dv;
+        float *dQ = j->dq + (qs + i0) * H * D + h * D;
+        int64_t used = 0; /* keys of the tile seen by some row of the block */
+        for (int64_t r0 = 0; r0 < rows; r0 += RGA_MR) {
+          const int64_t mr = rows - r0 < RGA_MR ? rows - r0 : RGA_MR;
+          int64_t last = cols;
+          if (j->causal && i0 + r0 + mr - j0 < last) last = i0 + r0 + mr - j0;
+          if (last <= 0) { /* no row sees a key of the tile: P = dS = 0 */
+            memset(w->P + r0 * RGA_BC, 0, (size_t)(mr * RGA_BC) * sizeof(float));
+            memset(w->dS + r0 * RGA_BC, 0, (size_t)(mr * RGA_BC) * sizeof(float));
+            continue;
+          }
+          rga_btiles[mr - 1][(last + 15) / 16 - 1](
+              Q + r0 * H * D, H * D, D, kt, G + r0 * H * Dv, H * Dv, Dv, vt, c, j->scale,
+              j->causal, i0 + r0, j0, cols, j->lse + (qs + i0 + r0) * H + h, H,
+              w->delta + t * j->max_q + i0 + r0, w->P + r0 * RGA_BC, w->dS + r0 * RGA_BC);
+          /* dQ += dS K */
+          rga_accumulate(mr, D, dQ + r0 * H * D, H * D, 0, w->dS + r0 * RGA_BC, RGA_BC, 1,
+                         K + j0 * Hkv * D, Hkv * D, last);
+          used = last > used ? last : used;
+        }
+        /* dV += P^T dO, dK += dS^T Q, RGA_MR keys at a time, over the rows that see them */
+        for (int64_t c0 = 0; c0 < used; c0 += RGA_MR) {
+          const int64_t mc = used - c0 < RGA_MR ? used - c0 : RGA_MR;
+          int64_t r = 0;
+          if (j->causal && j0 + c0 - i0 > 0) r = j0 + c0 - i0;
+          if (r >= rows) break;
+          rga_accumulate(mc, Dv, w->dVa + c0 * Dv, Dv, 0, w->P + r * RGA_BC + c0, 1, RGA_BC,
+                         G + r * H * Dv, H * Dv, rows - r);
+          rga_accumulate(mc, D, w->dKa + c0 * D, D, 0, w->dS + r * RGA_BC + c0, 1, RGA_BC,
+                         Q + r * H * D, H * D, rows - r);
+        }
+      }
+    }
+    float *dK = j->dk + (ks + j0) * Hkv * D + hk * D, *dV = j->dv + (ks + j0) * Hkv * Dv + hk * Dv;
+    for (int64_t k = 0; k < cols; k++) {
+      memcpy(dK + k * Hkv * D, w->dKa + k * D, (size_t)D * sizeof(float));
+      memcpy(dV + k * Hkv * Dv, w->dVa + k * Dv, (size_t)Dv * sizeof(float));
+    }
+  }
+}
+
+static void *rga_fast_bwd_worker(void *p) {
+  rga_job_f32 *j = ((rga_arg_f32 *)p)->job;
+  int64_t longest = 0;
+  for (int64_t i = 0; i < j->num_items; i++) {
+    const int64_t b = j->items[i].b, Lk = j->koff[b + 1] - j->koff[b];
+    longest = Lk > longest ? Lk : longest;
+  }
+  const int64_t keys = (longest + RGA_BC - 1) / RGA_BC * RGA_BC, D = j->D, Dv = j->Dv;
+  const size_t size = (size_t)(keys * (D + Dv) + 2 * j->br * RGA_BC + RGA_BC * (D + Dv) +
+                               (j->H / j->Hkv) * j->max_q);
+  char *mem = malloc(size * sizeof(float) + 64);
+  if (!mem) {
+    j->status = 2;
+    return 0;
+  }
+  rga_bscratch w;
+  w.kt = (float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+  w.vt = w.kt + keys * D, w.P = w.vt + keys * Dv, w.dS = w.P + j->br * RGA_BC;
+  w.dKa = w.dS + j->br * RGA_BC, w.dVa = w.dKa + RGA_BC * D, w.delta = w.dVa + RGA_BC * Dv;
+  for (int64_t i = rga_take_f32(j); i < j->num_items; i = rga_take_f32(j)) {
+    RGA_START
+    rga_fast_bwd_item(j, &j->items[i], &w);
+    RGA_STOP(1)
+  }
+  free(mem);
+  return 0;
+}
+#endif
+
 /* dq [Tq, H, D] (zeroed by the caller), dk [Tk, Hkv, D], dv [Tk, Hkv, Dv] (every row of a
    sequence written; rows outside every sequence left as they are). */
 int SUF(rga_backward)(const T *q, const T *k, const T *v, const T *o, const T *g, const T *lse,
                       const int64_t *qoff, const int64_t *koff, int64_t B, int64_t Tq,
                       int64_t Tk, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, T scale,
-                      int causal, int64_t br, int64_t bc, int nthreads, T *dq, T *dk, T *dv) {
+                      int causal, int64_t br, int64_t bc, int nthreads, int fast, T *dq, T *dk,
+                      T *dv) {
   if (rga_bad_offsets(qoff, B, Tq) || rga_bad_offsets(koff, B, Tk)) return 1;
   rga_item *items = malloc((size_t)(B * Hkv + 1) * sizeof(rga_item));
   if (!items) return 2;
@@ -821,7 +1052,12 @@ int SUF(rga_backward)(const T *q, const T *k, const T *v, const T *o, const T *g
   j.H = H, j.Hkv = Hkv, j.D = D, j.Dv = Dv, j.br = br, j.bc = bc, j.scale = scale;
   j.max_q = max_q, j.causal = causal, j.items = items, j.num_items = n;
   j.lse = (T *)lse, j.dq = dq, j.dk = dk, j.dv = dv;
-  int status = SUF(rga_run)(&j, SUF(rga_bwd_worker), nthreads);
+  void *(*worker)(void *) = SUF(rga_bwd_worker);
+#if RGA_F32 && RGA_FAST
+  if (fast && D % 16 == 0 && Dv % 16 == 0) worker = rga_fast_bwd_worker;
+#endif
+  (void)fast;
+  int status = SUF(rga_run)(&j, worker, nthreads);
   free(items);
   return status;
 }

@@ -13,9 +13,10 @@ log-sum-exp. In float32, where the build targets AVX-512 (``-march=native`` on s
 :func:`micro_kernel`), the forward skips BLAS: the keys are copied once, transposed, into tiles
 of 64, and a micro-kernel of the library's own keeps the scores of 6 query rows by up to 64
 keys in registers, runs the online softmax there and adds ``P V`` into the rows' accumulators;
-on the causal diagonal it computes only the 16-key vectors that its rows see. On the batch of
-issue 27 that made the forward 1.4-1.6x faster than the BLAS tiles (``MICRO_KERNEL = False``
-keeps those). The backward recomputes the probabilities from that log-sum-exp (four more GEMMs
+on the causal diagonal it computes only the 16-key vectors that its rows see. The float32
+backward does the same with ``P``, ``dP`` and ``dS`` per 6 rows (head widths a multiple of 16).
+On the batch of issue 27 that made the forward 1.4-1.6x and the backward 1.5x faster than the
+BLAS tiles (``MICRO_KERNEL = False`` keeps those). The backward recomputes the probabilities from that log-sum-exp (four more GEMMs
 per tile); one work item is a sequence and a key-value head, so grouped-query gradients of the
 keys and values add up in one thread's cache and no two threads write one row. Work is split
 over ``torch.get_num_threads()`` threads (pthreads in the C code, items taken largest first
@@ -78,8 +79,8 @@ BLOCK_Q = 64
 BLOCK_K = 512
 BACKWARD_BLOCK_Q = 64
 BACKWARD_BLOCK_K = 64
-# The float32 forward on the kernel's own AVX-512 micro-kernel where the build has it (the
-# C file says how); False keeps it on the BLAS tiles above.
+# float32 on the kernel's own AVX-512 micro-kernel where the build has it (the C file says
+# how); False keeps it on the BLAS tiles above.
 MICRO_KERNEL = True
 
 _SOURCE = Path(__file__).with_name("_native_attention.c")
@@ -134,7 +135,7 @@ def _load(profiled: bool = False) -> Any:
         fwd.argtypes = [*[ptr] * 5, *[i64] * 7, real, i32, i64, i64, i32, i32, ptr, ptr]
         fwd.restype = i32
         bwd = getattr(lib, f"rga_backward_{suffix}")
-        bwd.argtypes = [ptr] * 8 + [*[i64] * 7, real, i32, i64, i64, i32, ptr, ptr, ptr]
+        bwd.argtypes = [ptr] * 8 + [*[i64] * 7, real, i32, i64, i64, i32, i32, ptr, ptr, ptr]
         bwd.restype = i32
     return lib
 
@@ -149,7 +150,7 @@ def library() -> Any:
 
 
 def micro_kernel() -> bool:
-    """Whether this build runs the float32 forward on its own micro-kernel (AVX-512)."""
+    """Whether this build runs float32 on its own micro-kernel (AVX-512)."""
     lib = library()
     return lib is not None and bool(lib.rga_micro_kernel())
 
@@ -247,7 +248,7 @@ def _call(
         int(causal),
         *((BLOCK_Q, BLOCK_K) if kernel == "forward" else (BACKWARD_BLOCK_Q, BACKWARD_BLOCK_K)),
         torch.get_num_threads(),
-        *((int(MICRO_KERNEL),) if kernel == "forward" else ()),
+        int(MICRO_KERNEL),
         *(x.data_ptr() for x in outputs),
     )
     _check(code, f"native_attention.{kernel}")
