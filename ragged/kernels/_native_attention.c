@@ -200,9 +200,6 @@ typedef struct {
   const T *o, *g;
   T *dq, *dk, *dv;
   int status;
-  /* the float32 micro-kernel path: K transposed per tile of keys, offsets per sequence */
-  T *kt;
-  const int64_t *ktoff;
 } SUF(rga_job);
 
 typedef struct {
@@ -214,7 +211,6 @@ static int64_t SUF(rga_take)(SUF(rga_job) * job) {
 }
 
 /* --- forward ------------------------------------------------------------------------------ */
-
 
 static void SUF(rga_fwd_item)(SUF(rga_job) * j, const rga_item *it, T *S, T *acc, T *m, T *l) {
   const int64_t H = j->H, Hkv = j->Hkv, D = j->D, Dv = j->Dv, bc = j->bc;
@@ -318,10 +314,11 @@ static int SUF(rga_run)(SUF(rga_job) * j, void *(*worker)(void *), int nthreads)
 
 #if RGA_F32 && RGA_FAST
 /* The float32 forward on AVX-512 (the build's -march=native defines __AVX512F__ where the CPU
-   has it): a micro-kernel of our own instead of two BLAS calls per tile. K is first copied,
-   transposed, into tiles of RGA_BC keys ([D][RGA_BC], zero-padded: one pass over K, split over
-   threads by sequence and key-value head). Then per work item (sequence, head, block of query
-   rows), per tile of keys and per RGA_MR query rows: the scores of up to RGA_BC keys stay in
+   has it): a micro-kernel of our own instead of two BLAS calls per tile. One work item is a
+   sequence and a head: its keys are first copied, transposed, into tiles of RGA_BC keys
+   ([D][RGA_BC], zero-padded, in the thread's scratch: they stay in its cache while it uses
+   them; a shared copy of all keys made in a first pass was 5% slower). Then per block of `br`
+   query rows, per tile of keys and per RGA_MR query rows: the scores of up to RGA_BC keys stay in
    registers (RGA_MR x 4 vectors of 16), the online softmax (base 2: the scale times log2(e)
    is folded into the scores) runs on them there, the probabilities go to a small buffer in L1
    and P V is accumulated with the rescaling of the rows' accumulators folded in. On the causal
@@ -559,36 +556,14 @@ static void rga_pack(float *tiles, const float *src, int64_t ld, int64_t L, int6
   rga_pad(tiles, L, D);
 }
 
-/* Copies the keys of sequence it->b into their transposed tiles, 16 keys of every key-value
-   head at a time (K's rows are read in order). */
-static void rga_pack_item(rga_job_f32 *j, const rga_item *it) {
-  const int64_t Hkv = j->Hkv, D = j->D, ks = j->koff[it->b];
-  const int64_t Lk = j->koff[it->b + 1] - ks, nblk = (Lk + RGA_BC - 1) / RGA_BC;
-  float *kt = j->kt + j->ktoff[it->b];
-  for (int64_t c0 = 0; c0 < Lk; c0 += 16)
-    for (int64_t h = 0; h < Hkv; h++)
-      rga_pack16(kt + (h * nblk + c0 / RGA_BC) * D * RGA_BC + c0 % RGA_BC,
-                 j->k + (ks + c0) * Hkv * D + h * D, Hkv * D, Lk - c0, D);
-  for (int64_t h = 0; h < Hkv; h++) rga_pad(kt + h * nblk * D * RGA_BC, Lk, D);
-}
-
-static void *rga_pack_worker(void *p) {
-  rga_job_f32 *j = ((rga_arg_f32 *)p)->job;
-  for (int64_t i = rga_take_f32(j); i < j->num_items; i = rga_take_f32(j))
-    rga_pack_item(j, &j->items[i]);
-  return 0;
-}
-
-static void rga_fast_item(rga_job_f32 *j, const rga_item *it, float *P, float *acc, float *m,
-                          float *l) {
+/* Rows [i0, i0 + rows) of head h of sequence b (Q: its first row; Kt: the sequence's keys of
+   the head's key-value head, transposed; V: its first key's value). */
+static void rga_fast_block(rga_job_f32 *j, int64_t b, int64_t h, int64_t i0, const float *Kt,
+                           const float *V, float *P, float *acc, float *m, float *l) {
   const int64_t H = j->H, Hkv = j->Hkv, D = j->D, Dv = j->Dv;
-  const int64_t qs = j->qoff[it->b], ks = j->koff[it->b];
-  const int64_t Lq = j->qoff[it->b + 1] - qs, Lk = j->koff[it->b + 1] - ks;
-  const int64_t i0 = it->i0, rows = (Lq - i0 < j->br) ? Lq - i0 : j->br;
-  const int64_t h = it->h, hk = h / (H / Hkv), nblk = (Lk + RGA_BC - 1) / RGA_BC;
+  const int64_t qs = j->qoff[b], Lq = j->qoff[b + 1] - qs, Lk = j->koff[b + 1] - j->koff[b];
+  const int64_t rows = (Lq - i0 < j->br) ? Lq - i0 : j->br;
   const float *Q = j->q + (qs + i0) * H * D + h * D;
-  const float *Kt = j->kt + j->ktoff[it->b] + hk * nblk * D * RGA_BC;
-  const float *V = j->v + ks * Hkv * Dv + hk * Dv;
   const float c = j->scale * RGA_LOG2E;
   int64_t kend = Lk;
   if (j->causal && i0 + rows < kend) kend = i0 + rows;
@@ -622,85 +597,57 @@ static void rga_fast_item(rga_job_f32 *j, const rga_item *it, float *P, float *a
   }
 }
 
+/* One work item: head it->h of sequence it->b, its keys first transposed into the thread's
+   tiles (they stay in its cache for the item's blocks of query rows). */
 static void *rga_fast_worker(void *p) {
   rga_job_f32 *j = ((rga_arg_f32 *)p)->job;
-  /* P [RGA_MR][RGA_BC] aligned to 64 bytes, then acc [br][Dv], m and l [br] */
-  char *mem = malloc((size_t)(RGA_MR * RGA_BC + j->br * (j->Dv + 2)) * sizeof(float) + 64);
+  int64_t longest = 0;
+  for (int64_t i = 0; i < j->num_items; i++) {
+    const int64_t b = j->items[i].b, Lk = j->koff[b + 1] - j->koff[b];
+    longest = Lk > longest ? Lk : longest;
+  }
+  const int64_t keys = (longest + RGA_BC - 1) / RGA_BC * RGA_BC, Hkv = j->Hkv, D = j->D;
+  /* the keys' tiles [keys][D] and P [RGA_MR][RGA_BC] aligned to 64 bytes, acc [br][Dv], m and
+     l [br] */
+  char *mem =
+      malloc((size_t)(keys * D + RGA_MR * RGA_BC + j->br * (j->Dv + 2)) * sizeof(float) + 64);
   if (!mem) {
     j->status = 2;
     return 0;
   }
-  float *P = (float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
-  float *acc = P + RGA_MR * RGA_BC, *m = acc + j->br * j->Dv, *l = m + j->br;
+  float *kt = (float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+  float *P = kt + keys * D, *acc = P + RGA_MR * RGA_BC, *m = acc + j->br * j->Dv, *l = m + j->br;
   for (int64_t i = rga_take_f32(j); i < j->num_items; i = rga_take_f32(j)) {
     RGA_START
-    rga_fast_item(j, &j->items[i], P, acc, m, l);
+    const int64_t b = j->items[i].b, h = j->items[i].h, hk = h / (j->H / Hkv);
+    const int64_t ks = j->koff[b], Lk = j->koff[b + 1] - ks, Lq = j->qoff[b + 1] - j->qoff[b];
+    rga_pack(kt, j->k + ks * Hkv * D + hk * D, Hkv * D, Lk, D);
+    for (int64_t i0 = 0; i0 < Lq; i0 += j->br)
+      rga_fast_block(j, b, h, i0, kt, j->v + ks * Hkv * j->Dv + hk * j->Dv, P, acc, m, l);
     RGA_STOP(1)
   }
   free(mem);
   return 0;
 }
 
-/* The transposed keys' buffer is kept between calls (up to RGA_KEEP bytes: fresh memory of
-   that size is page-faulted on every call, which cost as much as the copy itself); a call that
-   finds it in use by another thread allocates its own. */
-#define RGA_KEEP ((size_t)256 << 20)
-static pthread_mutex_t rga_kept_lock = PTHREAD_MUTEX_INITIALIZER;
-static char *rga_kept = 0;
-static size_t rga_kept_size = 0;
-
-static char *rga_scratch(size_t size, int *kept) {
-  *kept = 0;
-  if (size <= RGA_KEEP && pthread_mutex_trylock(&rga_kept_lock) == 0) {
-    if (rga_kept_size < size) {
-      free(rga_kept);
-      rga_kept = malloc(size);
-      rga_kept_size = rga_kept ? size : 0;
-    }
-    if (rga_kept) {
-      *kept = 1;
-      return rga_kept;
-    }
-    pthread_mutex_unlock(&rga_kept_lock);
-  }
-  return malloc(size);
-}
-
-static void rga_release(char *mem, int kept) {
-  if (kept)
-    pthread_mutex_unlock(&rga_kept_lock);
-  else
-    free(mem);
-}
-
-/* The forward of rga_forward_f32 on this path (items made by it); 0, or 2 without memory. */
+/* The forward of rga_forward_f32 on this path: work items (sequence, head), largest first. */
 static int rga_fast_forward(rga_job_f32 *j, int64_t B, int nthreads) {
-  const int64_t *koff = j->koff;
-  int64_t *ktoff = malloc((size_t)(B + 1) * sizeof(int64_t));
-  rga_item *packs = malloc((size_t)(B + 1) * sizeof(rga_item));
-  int64_t total = 0, n = 0;
+  rga_item *items = malloc((size_t)(B * j->H + 1) * sizeof(rga_item));
+  if (!items) return 2;
+  int64_t n = 0;
   for (int64_t b = 0; b < B; b++) {
-    ktoff[b] = total;
-    total += (koff[b + 1] - koff[b] + RGA_BC - 1) / RGA_BC * RGA_BC * j->Hkv * j->D;
-  }
-  int kept;
-  char *mem = rga_scratch((size_t)total * sizeof(float) + 64, &kept);
-  int status = 2;
-  if (ktoff && packs && mem) {
-    for (int64_t b = 0; b < B; b++) {
-      rga_item it = {b, 0, 0, koff[b + 1] - koff[b]};
-      if (it.cost > 0) packs[n++] = it;
+    const int64_t Lq = j->qoff[b + 1] - j->qoff[b], Lk = j->koff[b + 1] - j->koff[b];
+    const int64_t pairs = j->causal ? Lq * (Lq + 1) / 2 : Lq * Lk; /* causal: Lq == Lk */
+    for (int64_t h = 0; h < j->H && Lq > 0; h++) {
+      rga_item it = {b, h, 0, pairs + 16 * (Lq + Lk)};
+      items[n++] = it;
     }
-    rga_job_f32 pack = *j;
-    pack.items = packs, pack.num_items = n;
-    pack.kt = (float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63), pack.ktoff = ktoff;
-    status = rga_run_f32(&pack, rga_pack_worker, nthreads);
-    j->kt = pack.kt, j->ktoff = ktoff;
-    if (!status) status = rga_run_f32(j, rga_fast_worker, nthreads);
   }
-  if (mem) rga_release(mem, kept);
-  free(packs);
-  free(ktoff);
+  if (nthreads > 1) qsort(items, (size_t)n, sizeof(rga_item), rga_by_cost);
+  rga_job_f32 job = *j;
+  job.items = items, job.num_items = n;
+  const int status = rga_run_f32(&job, rga_fast_worker, nthreads);
+  free(items);
   return status;
 }
 #endif
@@ -711,6 +658,14 @@ int SUF(rga_forward)(const T *q, const T *k, const T *v, const int64_t *qoff,
                      int64_t Hkv, int64_t D, int64_t Dv, T scale, int causal, int64_t br,
                      int64_t bc, int nthreads, int fast, T *out, T *lse) {
   if (rga_bad_offsets(qoff, B, Tq) || rga_bad_offsets(koff, B, Tk)) return 1;
+  SUF(rga_job) j;
+  memset(&j, 0, sizeof j);
+  j.q = q, j.k = k, j.v = v, j.qoff = qoff, j.koff = koff;
+  j.H = H, j.Hkv = Hkv, j.D = D, j.Dv = Dv, j.br = br, j.bc = bc, j.scale = scale;
+  j.causal = causal, j.out = out, j.lse = lse;
+#if RGA_F32 && RGA_FAST
+  if (fast && Dv % 16 == 0) return rga_fast_forward(&j, B, nthreads);
+#endif
   int64_t count = 0;
   for (int64_t b = 0; b < B; b++) count += (qoff[b + 1] - qoff[b] + br - 1) / br;
   rga_item *items = malloc((size_t)(count * H + 1) * sizeof(rga_item));
@@ -728,18 +683,7 @@ int SUF(rga_forward)(const T *q, const T *k, const T *v, const int64_t *qoff,
     }
   }
   if (nthreads > 1) qsort(items, (size_t)n, sizeof(rga_item), rga_by_cost);
-  SUF(rga_job) j;
-  memset(&j, 0, sizeof j);
-  j.q = q, j.k = k, j.v = v, j.qoff = qoff, j.koff = koff;
-  j.H = H, j.Hkv = Hkv, j.D = D, j.Dv = Dv, j.br = br, j.bc = bc, j.scale = scale;
-  j.causal = causal, j.items = items, j.num_items = n, j.out = out, j.lse = lse;
-#if RGA_F32 && RGA_FAST
-  if (fast && Dv % 16 == 0) {
-    int status = rga_fast_forward(&j, B, nthreads);
-    free(items);
-    return status;
-  }
-#endif
+  j.items = items, j.num_items = n;
   (void)fast;
   int status = SUF(rga_run)(&j, SUF(rga_fwd_worker), nthreads);
   free(items);
