@@ -145,6 +145,27 @@ def test_queries_without_keys_give_zero_and_zero_gradient(calls):
     assert torch.equal(dq[5:], torch.zeros_like(dq[5:]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_backward_writes_every_gradient_row(dtype, monkeypatch):
+    """The gradients start uninitialised (``empty_like``, here filled with NaN): the kernel
+    writes every row, 0 outside every segment and where a segment has no queries."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, grad = (torch.randn(9, 2, 16, generator=gen, dtype=dtype) for _ in range(4))
+    offsets = torch.tensor([2, 5, 5, 7])
+    out, lse = native.forward(q, k, v, offsets, offsets, 0.25, True)
+    monkeypatch.setattr(torch, "empty_like", lambda x: torch.full_like(x, float("nan")))
+    grads = native.backward(grad, q, k, v, out, lse, offsets, offsets, 0.25, True)
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    parts = [
+        attention_reference(*(x[a:b] for x in leaves), causal=True) for a, b in ((2, 5), (5, 7))
+    ]
+    want = torch.autograd.grad(torch.cat(parts), leaves, grad[2:7])
+    for got, ref in zip(grads, want, strict=True):
+        assert torch.equal(got[:2], torch.zeros_like(got[:2]))
+        assert torch.equal(got[7:], torch.zeros_like(got[7:]))
+        torch.testing.assert_close(got[2:7], ref[2:7], atol=2e-5, rtol=2e-5)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_gradcheck(causal, monkeypatch):
     for name, size in (("BLOCK_Q", 2), ("BLOCK_K", 3), ("BACKWARD_BLOCK_Q", 3)):

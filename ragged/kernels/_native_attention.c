@@ -692,6 +692,24 @@ int SUF(rga_forward)(const T *q, const T *k, const T *v, const int64_t *qoff,
 
 /* --- backward ----------------------------------------------------------------------------- */
 
+/* The start of a backward work item (sequence it->b, key-value head it->h): zeroes the rows of
+   dQ of the group's heads (then accumulated) and makes delta = rowsum(dO * O) of each. */
+static void SUF(rga_bwd_start)(SUF(rga_job) * j, const rga_item *it, T *delta) {
+  const int64_t H = j->H, D = j->D, Dv = j->Dv, groups = H / j->Hkv;
+  const int64_t qs = j->qoff[it->b], Lq = j->qoff[it->b + 1] - qs;
+  for (int64_t t = 0; t < groups; t++) {
+    const int64_t h = it->h * groups + t;
+    for (int64_t i = 0; i < Lq; i++) {
+      const T *o = j->o + (qs + i) * H * Dv + h * Dv, *g = j->g + (qs + i) * H * Dv + h * Dv;
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t d = 0; d < Dv; d++) s += o[d] * g[d];
+      delta[t * j->max_q + i] = s;
+      memset(j->dq + (qs + i) * H * D + h * D, 0, (size_t)D * sizeof(T));
+    }
+  }
+}
+
 /* Scratch of one thread: P and dP tiles [br, bc], dK and dV accumulators [bc, D(v)], the
    row sums delta = rowsum(dO * O) of the group's heads [groups, max_q]. */
 static void SUF(rga_bwd_item)(SUF(rga_job) * j, const rga_item *it, T *P, T *dP, T *dKa, T *dVa,
@@ -704,16 +722,7 @@ static void SUF(rga_bwd_item)(SUF(rga_job) * j, const rga_item *it, T *P, T *dP,
   const T *V = j->v + ks * Hkv * Dv + hk * Dv;
   T *dK = j->dk + ks * Hkv * D + hk * D;
   T *dV = j->dv + ks * Hkv * Dv + hk * Dv;
-  for (int64_t t = 0; t < groups; t++) {
-    const int64_t h = hk * groups + t;
-    for (int64_t i = 0; i < Lq; i++) {
-      const T *o = j->o + (qs + i) * H * Dv + h * Dv, *g = j->g + (qs + i) * H * Dv + h * Dv;
-      T s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t d = 0; d < Dv; d++) s += o[d] * g[d];
-      delta[t * j->max_q + i] = s;
-    }
-  }
+  SUF(rga_bwd_start)(j, it, delta);
   for (int64_t j0 = 0; j0 < Lk; j0 += bc) {
     const int64_t cols = (Lk - j0 < bc) ? Lk - j0 : bc;
     memset(dKa, 0, (size_t)(cols * D) * sizeof(T));
@@ -878,16 +887,7 @@ static void rga_fast_bwd_item(rga_job_f32 *j, const rga_item *it, const rga_bscr
   const float c = j->scale * RGA_LOG2E;
   rga_pack(w->kt, K, Hkv * D, Lk, D);
   rga_pack(w->vt, j->v + ks * Hkv * Dv + hk * Dv, Hkv * Dv, Lk, Dv);
-  for (int64_t t = 0; t < groups; t++) {
-    const int64_t h = hk * groups + t;
-    for (int64_t i = 0; i < Lq; i++) {
-      const float *o = j->o + (qs + i) * H * Dv + h * Dv, *g = j->g + (qs + i) * H * Dv + h * Dv;
-      float s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t d = 0; d < Dv; d++) s += o[d] * g[d];
-      w->delta[t * j->max_q + i] = s;
-    }
-  }
+  rga_bwd_start_f32(j, it, w->delta);
   for (int64_t j0 = 0; j0 < Lk; j0 += RGA_BC) {
     const int64_t cols = (Lk - j0 < RGA_BC) ? Lk - j0 : RGA_BC;
     const float *kt = w->kt + (j0 / RGA_BC) * D * RGA_BC, *vt = w->vt + (j0 / RGA_BC) * Dv * RGA_BC;
@@ -970,14 +970,20 @@ static void *rga_fast_bwd_worker(void *p) {
 }
 #endif
 
-/* dq [Tq, H, D] (zeroed by the caller), dk [Tk, Hkv, D], dv [Tk, Hkv, Dv] (every row of a
-   sequence written; rows outside every sequence left as they are). */
+/* dq [Tq, H, D], dk [Tk, Hkv, D], dv [Tk, Hkv, Dv]: every row written (those outside every
+   sequence: 0), so the caller need not zero them (first touched by the threads). */
 int SUF(rga_backward)(const T *q, const T *k, const T *v, const T *o, const T *g, const T *lse,
                       const int64_t *qoff, const int64_t *koff, int64_t B, int64_t Tq,
                       int64_t Tk, int64_t H, int64_t Hkv, int64_t D, int64_t Dv, T scale,
                       int causal, int64_t br, int64_t bc, int nthreads, int fast, T *dq, T *dk,
                       T *dv) {
   if (rga_bad_offsets(qoff, B, Tq) || rga_bad_offsets(koff, B, Tk)) return 1;
+  memset(dq, 0, (size_t)(qoff[0] * H * D) * sizeof(T)); /* rows outside every sequence */
+  memset(dq + qoff[B] * H * D, 0, (size_t)((Tq - qoff[B]) * H * D) * sizeof(T));
+  memset(dk, 0, (size_t)(koff[0] * Hkv * D) * sizeof(T));
+  memset(dk + koff[B] * Hkv * D, 0, (size_t)((Tk - koff[B]) * Hkv * D) * sizeof(T));
+  memset(dv, 0, (size_t)(koff[0] * Hkv * Dv) * sizeof(T));
+  memset(dv + koff[B] * Hkv * Dv, 0, (size_t)((Tk - koff[B]) * Hkv * Dv) * sizeof(T));
   rga_item *items = malloc((size_t)(B * Hkv + 1) * sizeof(rga_item));
   if (!items) return 2;
   int64_t n = 0, max_q = 1;

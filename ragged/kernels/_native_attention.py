@@ -290,7 +290,7 @@ def backward(
     grad = grad.contiguous()
     lse = lse.to(q.dtype).contiguous()
     qo, ko = _offsets(q_offsets), _offsets(k_offsets)
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)  # all written
     inputs = (q, k, v, out, grad, lse, qo, ko)
     _call("backward", inputs, (q, k, v), scale, causal, (dq, dk, dv))
     return dq, dk, dv
