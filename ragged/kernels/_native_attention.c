@@ -431,15 +431,15 @@ RGA_INLINE void rga_tile(const int MR, const int NV, const float *q, int64_t ldq
 #pragma GCC unroll 4
     for (int u = 0; u < NV; u++) s[r][u] = _mm512_setzero_ps();
   rga_updates(MR, NV, s, q, ldq, 1, kt, RGA_BC, D);
-  float alpha[RGA_MR];
+  float alpha[16] = {0}, sums[RGA_MR];
   int64_t used = 0; /* keys seen by some row */
   const __m512 cv = _mm512_set1_ps(c), ninf = _mm512_set1_ps(-INFINITY);
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++) {
     int64_t n = cols;
     if (causal && i + r - j0 + 1 < n) n = i + r - j0 + 1;
-    if (n <= 0) {
-      alpha[r] = 1;
+    if (n <= 0) { /* alpha 2^0 = 1 */
+      sums[r] = 0;
 #pragma GCC unroll 4
       for (int u = 0; u < NV; u++) _mm512_store_ps(P + r * RGA_BC + 16 * u, _mm512_setzero_ps());
       continue;
@@ -461,10 +461,13 @@ RGA_INLINE void rga_tile(const int MR, const int NV, const float *q, int64_t ldq
       sum = _mm512_add_ps(sum, p);
       _mm512_store_ps(P + r * RGA_BC + 16 * u, p);
     }
-    alpha[r] = mold == -INFINITY ? 0.0f : exp2f(mold - mnew);
-    l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(sum);
+    alpha[r] = mold - mnew; /* -inf - finite: -inf, whose 2^ is 0 */
+    sums[r] = _mm512_reduce_add_ps(sum);
     m[r] = mnew;
   }
+  _mm512_storeu_ps(alpha, rga_exp2_ps(_mm512_loadu_ps(alpha))); /* the rows' 2^(mold - mnew) */
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) l[r] = l[r] * alpha[r] + sums[r];
   rga_accumulate(MR, Dv, acc, Dv, alpha, P, RGA_BC, 1, vb, ldv, used); /* alpha acc + P V */
 }
 
