@@ -243,9 +243,10 @@ def matmul_streams(count: int, calls: int = 100) -> Callable[[], Any]:
 
 
 def scaling(batch: Batch, threads: int, reps: int) -> Table:
-    """``threads`` against one thread, in paired rounds of one process: ``ragged.attention``
-    forward and forward+backward, and ``threads`` concurrent one-thread matmul streams against
-    one stream (the ceiling the machine gives to independent work at that moment)."""
+    """``threads`` against one thread, in paired rounds of one process (every variant once per
+    round, so that all see the same load): ``ragged.attention`` forward and forward+backward,
+    and ``threads`` concurrent one-thread matmul streams against one (the ceiling the machine
+    gives to independent work at that moment)."""
     table = Table(
         f"Speed with {threads} threads over one thread (paired rounds, medians)",
         ["work", "1 thread ms", f"{threads} threads ms", "speedup", "CPU time ratio"],
@@ -254,33 +255,24 @@ def scaling(batch: Batch, threads: int, reps: int) -> Table:
         "ragged.attention forward": ragged_attention(batch, False),
         "ragged.attention forward+backward": ragged_attention(batch, True),
     }
+    calls: dict[str, Callable[[], Any]] = {}
     for name, fn in jobs.items():
-        times = compare(
-            {"1": with_threads(1, fn), "n": with_threads(threads, fn)}, repeat=reps, alternate=True
-        )
-        one, many = times["1"], times["n"]
+        calls[f"{name} 1"], calls[f"{name} n"] = with_threads(1, fn), with_threads(threads, fn)
+    streams = f"matmul: {threads} one-thread streams against one (per matmul)"
+    calls[f"{streams} 1"], calls[f"{streams} n"] = matmul_streams(1), matmul_streams(threads)
+    times = compare(calls, repeat=reps, alternate=True)
+    for name in [*jobs, streams]:
+        one, many = times[f"{name} 1"], times[f"{name} n"]
+        work = threads if name == streams else 1  # the streams do `threads` times the work
         table.rows.append(
             [
                 name,
                 f"{1e3 * one.median('wall'):.1f}",
-                f"{1e3 * many.median('wall'):.1f}",
-                f"{many.paired(one, 'wall'):.2f}x",
-                f"{one.paired(many, 'cpu'):.2f}",
+                f"{1e3 * many.median('wall') / work:.1f}",
+                f"{work * many.paired(one, 'wall'):.2f}x",
+                f"{one.paired(many, 'cpu') / work:.2f}",
             ]
         )
-    times = compare(
-        {"1": matmul_streams(1), "n": matmul_streams(threads)}, repeat=reps, alternate=True
-    )
-    one, many = times["1"], times["n"]
-    table.rows.append(
-        [
-            f"matmul: {threads} one-thread streams against one (same work each)",
-            f"{1e3 * one.median('wall'):.1f}",
-            f"{1e3 * many.median('wall') / threads:.1f}",
-            f"{threads * many.paired(one, 'wall'):.2f}x",
-            f"{one.paired(many, 'cpu') / threads:.2f}",
-        ]
-    )
     table.notes.append(
         "speedup: the median over rounds of the one-thread time over the many-thread time (for "
         "the matmul streams, per matmul); CPU time ratio: the process's CPU time with many threads "

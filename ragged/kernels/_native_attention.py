@@ -332,11 +332,16 @@ class _NativeAttention(torch.autograd.Function):
         q, k, v, q_offsets, k_offsets, scale, causal, fallback = inputs
         out, lse = output
         ctx.mark_non_differentiable(lse)
+        # no zero gradient made for lse (a parallel fill that woke torch's thread pool, whose
+        # spinning took a core from the kernel's threads)
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, q_offsets, k_offsets, out, lse)
         ctx.scale, ctx.causal, ctx.fallback = scale, causal, fallback
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor, _grad_lse: Any) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad: Tensor | None, _grad_lse: Any) -> tuple[Any, ...]:
+        if grad is None:  # no gradient reached the output
+            return (None,) * 8
         q, k, v, q_offsets, k_offsets, out, lse = ctx.saved_tensors
         need = ctx.needs_input_grad[:3]
         if torch.is_grad_enabled() or not plain(grad) or differentiable(grad):
