@@ -186,10 +186,11 @@ def test_gradcheck(causal, monkeypatch):
     assert torch.autograd.gradcheck(f, (q.values, k.values, v.values))
 
 
-def test_results_do_not_depend_on_the_thread_count():
+@pytest.mark.parametrize("width", [8, 64])  # the BLAS tiles, the micro-kernels (AVX-512)
+def test_results_do_not_depend_on_the_thread_count(width):
     lengths = [200, 3, 0, 77, 130, 1, 64]
-    q, k, v = (arrays(lengths, 4, 8, s, torch.float32) for s in range(3))
-    grad = torch.randn(sum(lengths), 4, 8)
+    q, k, v = (arrays(lengths, 4, width, s, torch.float32) for s in range(3))
+    grad = torch.randn(sum(lengths), 4, width)
     results = []
     threads = torch.get_num_threads()
     try:
