@@ -38,6 +38,7 @@ Run: ``python benchmarks/attention.py [--quick] [--threads 1] [--reps 15] [--no-
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import threading
@@ -219,17 +220,22 @@ def with_threads(count: int, fn: Callable[[], Any]) -> Callable[[], Any]:
 
 
 def matmul_streams(count: int, calls: int = 100) -> Callable[[], Any]:
-    """``count`` threads each making ``calls`` one-thread ``[512, 64] @ [64, 512]`` matmuls at
-    once (torch releases the GIL inside them): what the cores give to independent work."""
+    """``count`` threads making ``count * calls`` one-thread ``[512, 64] @ [64, 512]`` matmuls
+    between them, each taking the next from a shared counter (as the kernel's threads take work
+    items: a slower or shared core takes fewer), torch releasing the GIL inside them: what the
+    cores give to independent work."""
     a, b = torch.randn(TILE, HEAD_DIM), torch.randn(HEAD_DIM, TILE)
-
-    def stream() -> None:
-        for _ in range(calls):
-            a @ b
 
     def run() -> None:
         before = torch.get_num_threads()
         torch.set_num_threads(1)
+        taken = itertools.count()
+        total = count * calls
+
+        def stream() -> None:
+            while next(taken) < total:
+                a @ b
+
         try:
             workers = [threading.Thread(target=stream) for _ in range(count)]
             for w in workers:
