@@ -233,6 +233,7 @@ def matmul_streams(count: int, calls: int = 100) -> Callable[[], Any]:
         total = count * calls
 
         def stream() -> None:
+            torch.set_num_threads(1)  # OpenMP's thread count is per thread: set it in this one
             while next(taken) < total:
                 a @ b
 
