@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from unittest import mock
 
 import hypothesis.strategies as st
@@ -132,6 +133,18 @@ def test_float32_micro_kernel_edges(widths, causal, micro, calls, monkeypatch):
         cross = [(3 * n + 5) % 71 for n in lengths]
         _check(lengths, cross, 3, 1, *widths, causal, torch.float32, 1, "contiguous")
     assert calls == {"forward": 2 - causal, "backward": 2 - causal}
+
+
+def test_micro_kernel_is_built_where_the_cpu_has_avx512():
+    """The library is built with ``-march=native``: on a CPU with AVX-512 the float32
+    micro-kernels must be in it (else every float32 call silently takes the BLAS tiles)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    if " avx512f" not in flags:
+        pytest.skip("no AVX-512 here")
+    assert native.micro_kernel()
 
 
 def test_queries_without_keys_give_zero_and_zero_gradient(calls):
