@@ -299,10 +299,16 @@ static void *SUF(rga_fwd_worker)(void *p) {
   return 0;
 }
 
+/* Work (items' costs times the head width) that pays for one more thread: starting and joining
+   one took 60 us here, about the time of 2^23 such units of work. */
+#define RGA_THREAD_WORK ((int64_t)1 << 23)
+
 static int SUF(rga_run)(SUF(rga_job) * j, void *(*worker)(void *), int nthreads) {
-  int64_t next = 0;
+  int64_t next = 0, work = 0;
   j->next = &next;
   j->status = 0;
+  for (int64_t i = 0; i < j->num_items; i++) work += j->items[i].cost * j->D;
+  if (nthreads > 1 + work / RGA_THREAD_WORK) nthreads = (int)(1 + work / RGA_THREAD_WORK);
   if (nthreads < 1) nthreads = 1;
   if (nthreads > j->num_items) nthreads = j->num_items > 0 ? (int)j->num_items : 1;
   SUF(rga_arg) arg = {j};

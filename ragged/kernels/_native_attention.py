@@ -21,7 +21,7 @@ per tile); one work item is a sequence and a key-value head, so grouped-query gr
 keys and values add up in one thread's cache and no two threads write one row. Work is split
 over ``torch.get_num_threads()`` threads (pthreads in the C code, items taken largest first
 from a shared counter; each item runs on one thread in a fixed order, so results do not depend
-on the thread count).
+on the thread count; a call too small to pay for starting a thread stays on fewer).
 
 What it takes (:func:`runs`): float32 or float64 plain CPU tensors ``q`` ``[Tq, H, D]``,
 ``k`` ``[Tk, H_kv, D]``, ``v`` ``[Tk, H_kv, Dv]`` with ``H_kv`` dividing ``H``, causal (from
