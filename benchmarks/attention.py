@@ -26,6 +26,10 @@ and sequence), the backward as 2.5x the forward. The same thread's rate on a
 the table gives each contestant's useful GFLOP/s, its share of that rate and its time over
 ``ragged.attention``'s (the median over rounds of the per-round ratios: above 1 is slower).
 
+With ``--threads N`` (N > 1) a second table gives ``ragged.attention``'s speed on N threads over
+one thread, from paired rounds in the same process, beside what N concurrent one-thread matmul
+streams give over one (the machine is shared: that ceiling moves with its load).
+
 Run: ``python benchmarks/attention.py [--quick] [--threads 1] [--reps 15] [--no-flex]
 [--json out.json] [--profile]`` (``--quick``: 8 sequences up to 256 rows, 5 rounds, no flex;
 ``--profile``: also the share of the native kernel's time inside the GEMM calls).
@@ -34,8 +38,10 @@ Run: ``python benchmarks/attention.py [--quick] [--threads 1] [--reps 15] [--no-
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -199,6 +205,89 @@ def flex(batch: Batch) -> Callable[[], Any]:
     return run
 
 
+def with_threads(count: int, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` run with ``torch.set_num_threads(count)``."""
+
+    def run() -> Any:
+        before = torch.get_num_threads()
+        torch.set_num_threads(count)
+        try:
+            return fn()
+        finally:
+            torch.set_num_threads(before)
+
+    return run
+
+
+def matmul_streams(count: int, calls: int = 100) -> Callable[[], Any]:
+    """``count`` threads making ``count * calls`` one-thread ``[512, 64] @ [64, 512]`` matmuls
+    between them, each taking the next from a shared counter (as the kernel's threads take work
+    items: a slower or shared core takes fewer), torch releasing the GIL inside them: what the
+    cores give to independent work."""
+    a, b = torch.randn(TILE, HEAD_DIM), torch.randn(HEAD_DIM, TILE)
+
+    def run() -> None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        taken = itertools.count()
+        total = count * calls
+
+        def stream() -> None:
+            torch.set_num_threads(1)  # OpenMP's thread count is per thread: set it in this one
+            while next(taken) < total:
+                a @ b
+
+        try:
+            workers = [threading.Thread(target=stream) for _ in range(count)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        finally:
+            torch.set_num_threads(before)
+
+    return run
+
+
+def scaling(batch: Batch, threads: int, reps: int) -> Table:
+    """``threads`` against one thread, in paired rounds of one process (every variant once per
+    round, so that all see the same load): ``ragged.attention`` forward and forward+backward,
+    and ``threads`` concurrent one-thread matmul streams against one (the ceiling the machine
+    gives to independent work at that moment)."""
+    table = Table(
+        f"Speed with {threads} threads over one thread (paired rounds, medians)",
+        ["work", "1 thread ms", f"{threads} threads ms", "speedup", "CPU time ratio"],
+    )
+    jobs = {
+        "ragged.attention forward": ragged_attention(batch, False),
+        "ragged.attention forward+backward": ragged_attention(batch, True),
+    }
+    calls: dict[str, Callable[[], Any]] = {}
+    for name, fn in jobs.items():
+        calls[f"{name} 1"], calls[f"{name} n"] = with_threads(1, fn), with_threads(threads, fn)
+    streams = f"matmul: {threads} one-thread streams against one (per matmul)"
+    calls[f"{streams} 1"], calls[f"{streams} n"] = matmul_streams(1), matmul_streams(threads)
+    times = compare(calls, repeat=reps, alternate=True)
+    for name in [*jobs, streams]:
+        one, many = times[f"{name} 1"], times[f"{name} n"]
+        work = threads if name == streams else 1  # the streams do `threads` times the work
+        table.rows.append(
+            [
+                name,
+                f"{1e3 * one.median('wall'):.1f}",
+                f"{1e3 * many.median('wall') / work:.1f}",
+                f"{work * many.paired(one, 'wall'):.2f}x",
+                f"{one.paired(many, 'cpu') / work:.2f}",
+            ]
+        )
+    table.notes.append(
+        "speedup: the median over rounds of the one-thread time over the many-thread time (for "
+        "the matmul streams, per matmul); CPU time ratio: the process's CPU time with many threads "
+        "over one thread's (1.00: the split adds no work)."
+    )
+    return table
+
+
 def where_time_goes(batch: Batch, reps: int) -> str:
     """The share of the native kernel's time inside torch's GEMM calls (the rest: the softmax,
     rescaling and writes in C), forward and backward, the median of ``reps`` calls each."""
@@ -213,9 +302,16 @@ def where_time_goes(batch: Batch, reps: int) -> str:
         ),
     }
     lines = []
-    for name, call in calls.items():
-        shares = sorted(native_attention.profile(call)[1] for _ in range(reps))
-        lines.append(f"native {name}: {shares[len(shares) // 2]:.0%} of the time in GEMM calls")
+    micro = native_attention.MICRO_KERNEL
+    if native_attention.micro_kernel():  # no GEMM calls there: profile the BLAS tiles
+        lines.append("float32 runs the micro-kernel (no GEMM calls); the BLAS tiles:")
+        native_attention.MICRO_KERNEL = False
+    try:
+        for name, call in calls.items():
+            shares = sorted(native_attention.profile(call)[1] for _ in range(reps))
+            lines.append(f"native {name}: {shares[len(shares) // 2]:.0%} of the time in GEMM calls")
+    finally:
+        native_attention.MICRO_KERNEL = micro
     return "\n".join(lines)
 
 
@@ -307,10 +403,14 @@ def main() -> None:
     if compile_seconds is not None:
         table.notes.append(f"flex_attention: compile and first call {compile_seconds:.0f} s.")
     print(table.text())
+    tables = [table]
+    if args.threads > 1:
+        tables.append(scaling(batch, args.threads, reps))
+        print(tables[-1].text())
     if args.profile:
         print(where_time_goes(batch, reps))
     if args.json:
-        write_result(args.json, "attention", [table], quick=args.quick, metric="wall")
+        write_result(args.json, "attention", tables, quick=args.quick, metric="wall")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from unittest import mock
 
 import hypothesis.strategies as st
@@ -117,6 +118,35 @@ def test_float32_default_tiles_and_edge_batches(lengths, causal, calls):
     assert calls == {"forward": 1, "backward": 1}
 
 
+@pytest.mark.parametrize("micro", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("widths", [(64, 64), (32, 32), (80, 80), (128, 128), (20, 48), (16, 24)])
+def test_float32_micro_kernel_edges(widths, causal, micro, calls, monkeypatch):
+    """The float32 micro-kernels (AVX-512 builds; ``micro=False`` and builds without them take
+    the BLAS tiles): lengths around their 16-key vectors, 6-row blocks and 64-key tiles, head
+    widths of several vectors, not a multiple of 64 or of 16 (then the backward, and for the
+    values' width the forward too, take the BLAS tiles), values and gradients."""
+    monkeypatch.setattr(native, "MICRO_KERNEL", micro)
+    lengths = [1, 15, 16, 17, 0, 63, 64, 65, 6, 7, 130]
+    _check(lengths, lengths, 4, 2, *widths, causal, torch.float32, 0, "contiguous")
+    if not causal:  # cross-attention: other key lengths, 3 query heads per key-value head
+        cross = [(3 * n + 5) % 71 for n in lengths]
+        _check(lengths, cross, 3, 1, *widths, causal, torch.float32, 1, "contiguous")
+    assert calls == {"forward": 2 - causal, "backward": 2 - causal}
+
+
+def test_micro_kernel_is_built_where_the_cpu_has_avx512():
+    """The library is built with ``-march=native``: on a CPU with AVX-512 the float32
+    micro-kernels must be in it (else every float32 call silently takes the BLAS tiles)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    if " avx512f" not in flags:
+        pytest.skip("no AVX-512 here")
+    assert native.micro_kernel()
+
+
 def test_queries_without_keys_give_zero_and_zero_gradient(calls):
     q = arrays([3, 2, 4], 2, 4, 0)
     k = arrays([0, 5, 0], 2, 4, 1)
@@ -126,6 +156,27 @@ def test_queries_without_keys_give_zero_and_zero_gradient(calls):
     (dq,) = torch.autograd.grad(out.values.sum(), (q.values,))
     assert torch.equal(dq[:3], torch.zeros_like(dq[:3]))
     assert torch.equal(dq[5:], torch.zeros_like(dq[5:]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_backward_writes_every_gradient_row(dtype, monkeypatch):
+    """The gradients start uninitialised (``empty_like``, here filled with NaN): the kernel
+    writes every row, 0 outside every segment and where a segment has no queries."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, grad = (torch.randn(9, 2, 16, generator=gen, dtype=dtype) for _ in range(4))
+    offsets = torch.tensor([2, 5, 5, 7])
+    out, lse = native.forward(q, k, v, offsets, offsets, 0.25, True)
+    monkeypatch.setattr(torch, "empty_like", lambda x: torch.full_like(x, float("nan")))
+    grads = native.backward(grad, q, k, v, out, lse, offsets, offsets, 0.25, True)
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    parts = [
+        attention_reference(*(x[a:b] for x in leaves), causal=True) for a, b in ((2, 5), (5, 7))
+    ]
+    want = torch.autograd.grad(torch.cat(parts), leaves, grad[2:7])
+    for got, ref in zip(grads, want, strict=True):
+        assert torch.equal(got[:2], torch.zeros_like(got[:2]))
+        assert torch.equal(got[7:], torch.zeros_like(got[7:]))
+        torch.testing.assert_close(got[2:7], ref[2:7], atol=2e-5, rtol=2e-5)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -148,10 +199,12 @@ def test_gradcheck(causal, monkeypatch):
     assert torch.autograd.gradcheck(f, (q.values, k.values, v.values))
 
 
-def test_results_do_not_depend_on_the_thread_count():
-    lengths = [200, 3, 0, 77, 130, 1, 64]
-    q, k, v = (arrays(lengths, 4, 8, s, torch.float32) for s in range(3))
-    grad = torch.randn(sum(lengths), 4, 8)
+@pytest.mark.parametrize("width", [8, 64])  # the BLAS tiles, the micro-kernels (AVX-512)
+def test_results_do_not_depend_on_the_thread_count(width):
+    # long enough that the kernel splits every call (it keeps small calls on one thread)
+    lengths = [700, 3, 0, 77, 300, 1, 64]
+    q, k, v = (arrays(lengths, 4, width, s, torch.float32) for s in range(3))
+    grad = torch.randn(sum(lengths), 4, width)
     results = []
     threads = torch.get_num_threads()
     try:
