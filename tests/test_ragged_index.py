@@ -58,6 +58,43 @@ def test_two_layouts_broadcast_into_the_pair_map(lens, op):
         assert shifted.to_list()[b] == op(q, k + 1).tolist()
 
 
+@given(lengths(), st.sampled_from([operator.and_, operator.lt, operator.sub]))
+def test_an_index_against_a_pair_map_broadcasts(lens, op):
+    """``(1, 1, T, 1)`` or ``(1, 1, 1, T)`` against the pair map ``(B, 1, L*, L*)`` of the same
+    positions (HF's bidirectional mask on packed positions, transformers >= 5.25), and a 0-d
+    tensor on the left (HF's ``and_masks`` seed)."""
+    x = ragged.from_lengths(torch.zeros(sum(lens), 2), lens)
+    i = torch.arange(x.shape[1])
+    q, k = i[None, None, :, None], i[None, None, None, :]
+    pairs = (q + 1) * 10 + k  # (B, 1, L*, L*): 10 (q + 1) + k
+    for index, along in ((q, 0), (k, 1)):
+        got = op(index, pairs)
+        flipped = op(pairs, index)
+        assert got.shape == pairs.shape and got.order == (3, 1, 2)
+        offset = 0
+        for n in lens:
+            grid = (torch.arange(n)[:, None] + 1) * 10 + torch.arange(n)[None, :]
+            idx = (
+                torch.arange(n)[:, None].expand(n, n)
+                if along == 0
+                else torch.arange(n)[None, :].expand(n, n)
+            )
+            torch.testing.assert_close(
+                got.values[offset : offset + n * n, 0], op(idx, grid).reshape(-1)
+            )
+            torch.testing.assert_close(
+                flipped.values[offset : offset + n * n, 0], op(grid, idx).reshape(-1)
+            )
+            offset += n * n
+    seed = torch.ones((), dtype=torch.bool) & (q >= 0)
+    assert isinstance(seed, RaggedIndex) and seed.values.all()
+    other = torch.arange(ragged.array([[1.0], [2.0, 3.0]]).shape[1])
+    with pytest.raises(ValueError, match="built from indexes of the same ragged size"):
+        _ = other[None, None, :, None] & pairs
+    with pytest.raises(TypeError, match=r"torch.where: got a RaggedIndex"):
+        torch.where(q >= 0, 1, 0)
+
+
 @given(ragged_arrays(inner=(), dtype=torch.int64), st.booleans())
 def test_rows_read_at_the_positions(x, batch_index):
     """``x[b, i]``: HF's ``position_ids[batch_idx, q_idx]`` (``b = arange(B)[:, None, None,

@@ -20,6 +20,7 @@ from . import _torch
 from ._indexing._trailing import getitem_any_layout
 from ._linalg._matmul import matmul
 from ._pairs import RaggedTranspose
+from ._ragged_index import RaggedIndex
 from ._torch import _flat_rows
 
 
@@ -30,6 +31,18 @@ def _reflected(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         return fn(other, self)
 
     return reflected
+
+
+def _defers_to_index(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """An operator that leaves a RaggedIndex operand to the index (its reflected operator
+    broadcasts it into this pair map)."""
+
+    def method(self: Any, other: Any) -> Any:
+        if isinstance(other, RaggedIndex):
+            return NotImplemented
+        return fn(self, other)
+
+    return method
 
 
 def _positive(self: RaggedArray) -> RaggedArray:
@@ -103,10 +116,13 @@ def methods() -> dict[str, Any]:
     table.update(_torch.method_table())
     lift = _layout.pointwise  # permuted arrays (ragged._layout) run on their storage order
     for name, binary in BINARY.items():
-        table[f"__{name}__"] = binary if binary is matmul else lift(binary)
-        table[f"__r{name}__"] = _reflected(binary) if binary is matmul else lift(_reflected(binary))
+        if binary is matmul:
+            table["__matmul__"], table["__rmatmul__"] = binary, _reflected(binary)
+            continue
+        table[f"__{name}__"] = _defers_to_index(lift(binary))
+        table[f"__r{name}__"] = _defers_to_index(lift(_reflected(binary)))
     for name, compare in COMPARISONS.items():
-        table[f"__{name}__"] = lift(compare)
+        table[f"__{name}__"] = _defers_to_index(lift(compare))
     for name, unary in UNARY.items():
         table[f"__{name}__"] = lift(unary)
     return table

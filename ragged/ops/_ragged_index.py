@@ -174,6 +174,8 @@ class RaggedIndex:
                 a, b = (other, self) if swap else (self, other)
                 return self._with(op(a.values, b.values))
             return _pair(*((other, self) if swap else (self, other)), op)
+        if isinstance(other, RaggedArray):
+            return _against_pairs(self, other, op, swap)
         if isinstance(other, (int, float, bool, torch.SymInt)) or (
             isinstance(other, Tensor) and other.dim() == 0
         ):
@@ -181,9 +183,78 @@ class RaggedIndex:
         raise type_error(
             f"RaggedIndex `{_symbol(op)}`",
             "other",
-            "must be a number, a 0-d tensor or a RaggedIndex of the same ragged axis",
+            "must be a number, a 0-d tensor, a RaggedIndex of the same ragged axis or a pair map "
+            "built from such indexes",
             typename(other),
         )
+
+    @classmethod
+    def __torch_function__(
+        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        """A tensor operator with a RaggedIndex operand (``torch.ones(()) & i``, HF's
+        ``and_masks``) is the index's own; other torch functions refuse it."""
+        op = _TENSOR_OPERATORS.get(func)
+        if op is not None and len(args) == 2 and not kwargs:
+            first, second = args
+            if isinstance(first, RaggedIndex):
+                return first._binary(second, op)
+            if isinstance(second, RaggedIndex):
+                return second._binary(first, op, swap=True)
+        name = torch.overrides.resolve_name(func) or getattr(func, "__name__", "torch")
+        raise TypeError(
+            f"{name}: got a RaggedIndex (torch.arange of a ragged size), which takes numbers, "
+            "0-d tensors, indexes of its axis and their pair maps in arithmetic and comparisons "
+            "only; i.unsqueeze(0) gives the (B, L*) positions as a RaggedArray."
+        )
+
+
+def _against_pairs(
+    index: RaggedIndex, pairs: RaggedArray, op: Callable[[Any, Any], Any], swap: bool
+) -> RaggedArray:
+    """``op`` of an index laid out along one ragged axis of a pair map built from indexes
+    (``(1, 1, T, 1)`` against ``(B, 1, L*, L*)``): the index broadcast along the other one."""
+    levels = pairs.partition.levels
+    logical = _pair_axes(pairs)
+    own = index.partition.levels[0]
+    product = len(levels) == 2 and levels[1].columns is not None
+    if not product or pairs.ndim != index.ndim or index.axis not in logical:
+        raise value_error(
+            f"RaggedIndex `{_symbol(op)}`",
+            "other",
+            f"must be a pair map with {index.ndim} axes whose ragged axes include the index's "
+            f"axis {index.axis}",
+            f"shape {pairs.shape}",
+        )
+    rows = levels[1].row_ids  # the pair map's query row of every pair
+    if index.axis == logical[0]:
+        if own is not levels[0]:
+            raise _other_partition(op)
+        picked = index.values.index_select(0, rows)
+    else:
+        columns = levels[1].columns
+        if columns is None or own is not columns:
+            raise _other_partition(op)
+        segment = levels[0].row_ids.index_select(0, rows)
+        picked = index.values.index_select(0, columns.offsets[segment] + levels[1].positions())
+    picked = picked.reshape(-1, *[1] * (pairs.values.dim() - 1))
+    values = op(pairs.values, picked) if swap else op(picked, pairs.values)
+    return pairs.with_values(values)
+
+
+def _pair_axes(pairs: RaggedArray) -> tuple[int, int]:
+    """The logical axes of a pair map's two ragged axes (storage axes 1 and 2)."""
+    order = (1, 2) if pairs.order is None else pairs.order
+    return order.index(1) + 1, order.index(2) + 1
+
+
+def _other_partition(op: Callable[..., Any]) -> ValueError:
+    return value_error(
+        f"RaggedIndex `{_symbol(op)}`",
+        "other",
+        "must be a pair map built from indexes of the same ragged size",
+        "a pair map of another partition",
+    )
 
 
 def _symbol(op: Callable[..., Any]) -> str:
@@ -208,32 +279,30 @@ _SYMBOLS: dict[Any, str] = {
 }
 
 
+# Tensor operators that reach RaggedIndex.__torch_function__ with a tensor on the other side.
+_ARITHMETIC = {"and": operator.and_, "or": operator.or_, "xor": operator.xor}
+_ARITHMETIC |= {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
+_COMPARISONS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
+_COMPARISONS |= {"eq": operator.eq, "ne": operator.ne}
+_TENSOR_OPERATORS: dict[Any, Callable[[Any, Any], Any]] = {
+    getattr(Tensor, f"__{name}__"): op for name, op in (_ARITHMETIC | _COMPARISONS).items()
+}
+_TENSOR_OPERATORS |= {  # Tensor.__rsub__(t, i) is i - t
+    getattr(Tensor, f"__r{name}__"): (lambda f: lambda a, b: f(b, a))(op)
+    for name, op in _ARITHMETIC.items()
+}
+
+
 def _operator(op: Callable[[Any, Any], Any], swap: bool) -> Callable[..., Any]:
     if swap:
         return lambda self, other: self._binary(other, op, swap=True)
     return lambda self, other: self._binary(other, op)
 
 
-for _op, _name in [
-    (operator.add, "add"),
-    (operator.sub, "sub"),
-    (operator.mul, "mul"),
-    (operator.floordiv, "floordiv"),
-    (operator.mod, "mod"),
-    (operator.and_, "and"),
-    (operator.or_, "or"),
-    (operator.xor, "xor"),
-]:
+for _name, _op in (_ARITHMETIC | {"floordiv": operator.floordiv, "mod": operator.mod}).items():
     setattr(RaggedIndex, f"__{_name}__", _operator(_op, False))
     setattr(RaggedIndex, f"__r{_name}__", _operator(_op, True))
-for _op, _name in [
-    (operator.lt, "lt"),
-    (operator.le, "le"),
-    (operator.gt, "gt"),
-    (operator.ge, "ge"),
-    (operator.eq, "eq"),
-    (operator.ne, "ne"),
-]:
+for _name, _op in _COMPARISONS.items():  # no reflected forms: Python swaps comparisons itself
     setattr(RaggedIndex, f"__{_name}__", _operator(_op, False))
 
 
