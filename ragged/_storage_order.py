@@ -167,10 +167,13 @@ def _with_layout(refusal: Exception, out: Any, x: Any, removed: list[int]) -> An
     return type(out)._trusted(out.values, out.partition, names, None if same else tuple(kept))
 
 
-def pointwise(handler: Callable[..., Any]) -> Callable[..., Any]:
+def pointwise(handler: Callable[..., Any], defer: type | None = None) -> Callable[..., Any]:
     """``handler`` (an elementwise op) that also takes permuted arrays: when its RaggedArray
     operands share one order, it runs on their storage order and its result gets that order
-    back. The plain path costs nothing more: the lifting starts from the op's own refusal."""
+    back. The plain path costs nothing more: the lifting starts from the op's own refusal.
+
+    ``defer``: for an operator method (``__and__``), the type of a right operand that the op
+    refuses (a TypeError) and whose reflected operator takes over (``NotImplemented``)."""
 
     @functools.wraps(handler)
     def lifted(*args: Any, **kwargs: Any) -> Any:
@@ -178,6 +181,10 @@ def pointwise(handler: Callable[..., Any]) -> Callable[..., Any]:
             return handler(*args, **kwargs)
         except PermutedLayoutError as error:
             refusal = error
+        except TypeError:
+            if defer is not None and isinstance(args[-1], defer):
+                return NotImplemented
+            raise
         return _pointwise_on_storage(handler, refusal, args, kwargs)
 
     return lifted

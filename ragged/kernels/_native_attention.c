@@ -606,25 +606,38 @@ static void rga_fast_block(rga_job_f32 *j, int64_t b, int64_t h, int64_t i0, con
   }
 }
 
-/* One work item: head it->h of sequence it->b, its keys first transposed into the thread's
-   tiles (they stay in its cache for the item's blocks of query rows). */
-static void *rga_fast_worker(void *p) {
-  rga_job_f32 *j = ((rga_arg_f32 *)p)->job;
+/* The keys of the job's longest sequence, rounded up to whole tiles of RGA_BC: the rows of a
+   fast-path worker's transposed key (and value) tiles. */
+static int64_t rga_tile_keys(const rga_job_f32 *j) {
   int64_t longest = 0;
   for (int64_t i = 0; i < j->num_items; i++) {
     const int64_t b = j->items[i].b, Lk = j->koff[b + 1] - j->koff[b];
     longest = Lk > longest ? Lk : longest;
   }
-  const int64_t keys = (longest + RGA_BC - 1) / RGA_BC * RGA_BC, Hkv = j->Hkv, D = j->D;
-  /* the keys' tiles [keys][D] and P [RGA_MR][RGA_BC] aligned to 64 bytes, acc [br][Dv], m and
-     l [br] */
-  char *mem =
-      malloc((size_t)(keys * D + RGA_MR * RGA_BC + j->br * (j->Dv + 2)) * sizeof(float) + 64);
-  if (!mem) {
+  return (longest + RGA_BC - 1) / RGA_BC * RGA_BC;
+}
+
+/* A worker's scratch: `floats` floats aligned to 64 bytes in *mem (the caller frees *mem), or
+   NULL with the job's status set when out of memory. */
+static float *rga_scratch_f32(rga_job_f32 *j, int64_t floats, char **mem) {
+  *mem = malloc((size_t)floats * sizeof(float) + 64);
+  if (!*mem) {
     j->status = 2;
     return 0;
   }
-  float *kt = (float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+  return (float *)(((uintptr_t)*mem + 63) & ~(uintptr_t)63);
+}
+
+/* One work item: head it->h of sequence it->b, its keys first transposed into the thread's
+   tiles (they stay in its cache for the item's blocks of query rows). */
+static void *rga_fast_worker(void *p) {
+  rga_job_f32 *j = ((rga_arg_f32 *)p)->job;
+  const int64_t keys = rga_tile_keys(j), Hkv = j->Hkv, D = j->D;
+  /* the keys' tiles [keys][D] and P [RGA_MR][RGA_BC] aligned to 64 bytes, acc [br][Dv], m and
+     l [br] */
+  char *mem;
+  float *kt = rga_scratch_f32(j, keys * D + RGA_MR * RGA_BC + j->br * (j->Dv + 2), &mem);
+  if (!kt) return 0;
   float *P = kt + keys * D, *acc = P + RGA_MR * RGA_BC, *m = acc + j->br * j->Dv, *l = m + j->br;
   for (int64_t i = rga_take_f32(j); i < j->num_items; i = rga_take_f32(j)) {
     RGA_START
@@ -952,21 +965,13 @@ static void rga_fast_bwd_item(rga_job_f32 *j, const rga_item *it, const rga_bscr
 
 static void *rga_fast_bwd_worker(void *p) {
   rga_job_f32 *j = ((rga_arg_f32 *)p)->job;
-  int64_t longest = 0;
-  for (int64_t i = 0; i < j->num_items; i++) {
-    const int64_t b = j->items[i].b, Lk = j->koff[b + 1] - j->koff[b];
-    longest = Lk > longest ? Lk : longest;
-  }
-  const int64_t keys = (longest + RGA_BC - 1) / RGA_BC * RGA_BC, D = j->D, Dv = j->Dv;
-  const size_t size = (size_t)(keys * (D + Dv) + 2 * j->br * RGA_BC + RGA_BC * (D + Dv) +
-                               (j->H / j->Hkv) * j->max_q);
-  char *mem = malloc(size * sizeof(float) + 64);
-  if (!mem) {
-    j->status = 2;
-    return 0;
-  }
+  const int64_t keys = rga_tile_keys(j), D = j->D, Dv = j->Dv;
+  const int64_t size = keys * (D + Dv) + 2 * j->br * RGA_BC + RGA_BC * (D + Dv) +
+                       (j->H / j->Hkv) * j->max_q;
+  char *mem;
   rga_bscratch w;
-  w.kt = (float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+  w.kt = rga_scratch_f32(j, size, &mem);
+  if (!w.kt) return 0;
   w.vt = w.kt + keys * D, w.P = w.vt + keys * Dv, w.dS = w.P + j->br * RGA_BC;
   w.dKa = w.dS + j->br * RGA_BC, w.dVa = w.dKa + RGA_BC * D, w.delta = w.dVa + RGA_BC * Dv;
   for (int64_t i = rga_take_f32(j); i < j->num_items; i = rga_take_f32(j)) {

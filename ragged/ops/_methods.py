@@ -8,6 +8,7 @@ checkers; ``tests/test_registry.py`` checks that the two lists agree.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,18 +32,6 @@ def _reflected(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         return fn(other, self)
 
     return reflected
-
-
-def _defers_to_index(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """An operator that leaves a RaggedIndex operand to the index (its reflected operator
-    broadcasts it into this pair map)."""
-
-    def method(self: Any, other: Any) -> Any:
-        if isinstance(other, RaggedIndex):
-            return NotImplemented
-        return fn(self, other)
-
-    return method
 
 
 def _positive(self: RaggedArray) -> RaggedArray:
@@ -114,15 +103,14 @@ def methods() -> dict[str, Any]:
         "is_nested": property(_not_nested),
     }
     table.update(_torch.method_table())
-    lift = _layout.pointwise  # permuted arrays (ragged._layout) run on their storage order
+    # Permuted arrays (ragged._layout) run on their storage order; a RaggedIndex operand is left
+    # to the index's reflected operator (it broadcasts into a pair map of its positions).
+    lift = functools.partial(_layout.pointwise, defer=RaggedIndex)
     for name, binary in BINARY.items():
-        if binary is matmul:
-            table["__matmul__"], table["__rmatmul__"] = binary, _reflected(binary)
-            continue
-        table[f"__{name}__"] = _defers_to_index(lift(binary))
-        table[f"__r{name}__"] = _defers_to_index(lift(_reflected(binary)))
+        table[f"__{name}__"] = binary if binary is matmul else lift(binary)
+        table[f"__r{name}__"] = _reflected(binary) if binary is matmul else lift(_reflected(binary))
     for name, compare in COMPARISONS.items():
-        table[f"__{name}__"] = _defers_to_index(lift(compare))
+        table[f"__{name}__"] = lift(compare)
     for name, unary in UNARY.items():
         table[f"__{name}__"] = lift(unary)
     return table

@@ -31,6 +31,18 @@ def _is_full(item: Any) -> bool:
     return isinstance(item, slice) and item == slice(None)
 
 
+def _full(items: tuple[Any, ...], ndim: int, used: int) -> tuple[Any, ...] | None:
+    """``items`` with its ``...`` (at most one), or the axes after its last entry, as full
+    slices: ``used`` of the ``ndim`` axes are indexed. None for two ``...`` or too many."""
+    ellipses = [k for k, item in enumerate(items) if item is Ellipsis]
+    if len(ellipses) > 1 or used > ndim:
+        return None
+    if not ellipses:
+        return items + (slice(None),) * (ndim - used)
+    k = ellipses[0]
+    return items[:k] + (slice(None),) * (ndim - used) + items[k + 1 :]
+
+
 def _trailing(x: RaggedArray, index: Any) -> tuple[int, tuple[Any, ...]] | None:
     """The logical position ``p`` of the last ragged axis and the entries after it, when
     ``index`` (ints and slices, at most one ``...``) reads only those axes; None otherwise."""
@@ -40,20 +52,14 @@ def _trailing(x: RaggedArray, index: Any) -> tuple[int, tuple[Any, ...]] | None:
         for item in items
     ):
         return None
-    ellipses = [k for k, item in enumerate(items) if item is Ellipsis]
-    used = len(items) - len(ellipses)
-    if len(ellipses) > 1 or used > x.ndim:
+    full = _full(items, x.ndim, sum(1 for item in items if item is not Ellipsis))
+    if full is None:
         return None
-    if ellipses:
-        k = ellipses[0]
-        items = items[:k] + (slice(None),) * (x.ndim - used) + items[k + 1 :]
-    else:
-        items = items + (slice(None),) * (x.ndim - used)
     order = logical_order(x)
     p = max(d for d in range(1, x.ndim) if order[d - 1] <= x.ragged_ndim)
-    if not all(_is_full(item) for item in items[: p + 1]):
+    if not all(_is_full(item) for item in full[: p + 1]):
         return None
-    return p, items[p + 1 :]
+    return p, full[p + 1 :]
 
 
 def _new_axes(x: RaggedArray, index: Any) -> list[int] | None:
@@ -64,14 +70,8 @@ def _new_axes(x: RaggedArray, index: Any) -> list[int] | None:
         item is None or item is Ellipsis or _is_full(item) for item in items
     ):
         return None
-    ellipses = [k for k, item in enumerate(items) if item is Ellipsis]
-    used = sum(1 for item in items if _is_full(item))
-    if len(ellipses) > 1 or used > x.ndim:
-        return None
-    if ellipses:
-        k = ellipses[0]
-        items = items[:k] + (slice(None),) * (x.ndim - used) + items[k + 1 :]
-    return [k for k, item in enumerate(items) if item is None]
+    full = _full(items, x.ndim, sum(1 for item in items if _is_full(item)))
+    return None if full is None else [k for k, item in enumerate(full) if item is None]
 
 
 def getitem_any_layout(x: RaggedArray, index: Any) -> Any:
